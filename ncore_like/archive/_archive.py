@@ -1,0 +1,504 @@
+"""``IndexedTarArchive``: the records of an indexed tar archive, for reading or writing."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import PurePath
+from typing import Any, Literal, NamedTuple, get_args
+
+from upath import UPath
+
+from .._concurrency import run_in_worker
+from ..errors import ArchiveClosedError, ArchiveFormatError, ReadOnlyError, RecordExistsError
+from ._format import BLOCK_SIZE, Index, IndexHeader, decode_index, is_node_metadata_key, unpack_index_header, validate_key
+from ._location import display_name, local_path, to_upath
+from ._sources import FsspecSource, LocalSource, RecordSource
+from ._writer import ArchiveWriter
+
+__all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
+
+IndexTailRetention = Literal["release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"]
+_RETENTIONS = frozenset(get_args(IndexTailRetention))
+_DEFAULT_TAIL_READ_SIZE = 1 << 20
+
+
+class Record(NamedTuple):
+    """Where the payload of a record lies in the archive file."""
+
+    offset: int
+    """File offset of the first payload byte."""
+    size: int
+    """Payload size in bytes."""
+
+
+class _RecordsView(Mapping[str, Record]):
+    """A read-only, live view of the index (no object per record until one is asked for)."""
+
+    def __init__(self, archive: IndexedTarArchive) -> None:
+        self._archive = archive
+
+    def __getitem__(self, key: str) -> Record:
+        archive = self._archive
+        position = archive._positions[key]
+        return Record(archive._offsets[position], archive._sizes[position])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._archive._positions))
+
+    def __len__(self) -> int:
+        return len(self._archive._positions)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._archive._positions
+
+
+def _open_source(upath: UPath, range_reads: bool) -> RecordSource:
+    path = local_path(upath)
+    if path is not None:
+        return LocalSource(path)
+    return FsspecSource(upath, range_reads=range_reads)
+
+
+class IndexedTarArchive:
+    """The records of an indexed tar archive, opened for reading or (truncating) writing.
+
+    Records are bytes stored under ``/``-separated keys, accessed like a mapping:
+    ``archive[key]``, ``archive[key] = payload``, ``key in archive``, ``keys()``,
+    ``len(archive)``. Each record is one tar member, so any record is one positional
+    read of a local file (``os.pread``, no lock) or one exact byte-range request of a
+    remote one.
+
+    Args:
+        itar_path: Location of the archive: a local path, or a URL / ``UPath`` of any
+            fsspec filesystem (storage options of a ``UPath`` are used).
+        mode: ``"r"`` reads an existing archive, ``"w"`` creates (truncates) and writes one.
+        index_tail_read_size: Bytes read from the end of the file in one I/O call when
+            opening: the index header and, usually, the compressed index and the node
+            metadata records. ``None`` or values below 512 read the header block and the
+            index separately (two calls, robust for very large indices).
+        remote_range_reads: Read records of remote archives synchronously with exact
+            byte-range requests (as :meth:`read_async` does) instead of the buffered file
+            object; then many threads fetch records concurrently, which suits random access
+            to high-latency storage. The buffered file object suits sequential reads of
+            nearby records.
+
+    Writing: records are write-once (a second write of a key raises
+    :class:`~ncore_like.RecordExistsError`), except *node metadata records* (``.zgroup``,
+    ``.zarray``, ``.zattrs``, ``.zmetadata``, ``zarr.json`` and the compressed consolidated
+    metadata records), which may be rewritten until the archive is closed: they are held in
+    memory and appended at :meth:`close`, followed by the index. An archive opened for
+    writing must be closed (or used as a context manager) to be readable.
+
+    Reading: records within the tail read of the opening are served from memory. A closed
+    archive still serves records held in memory; others raise
+    :class:`~ncore_like.ArchiveClosedError` (a ``ValueError``).
+
+    All methods are thread-safe. Archives opened for reading pickle by location and
+    options (and their index, so unpickling does no I/O); in a forked child they re-create
+    remote filesystem objects before their first use (local file descriptors stay valid).
+    """
+
+    def __init__(
+        self,
+        itar_path: str | PurePath | UPath,
+        mode: Literal["r", "w"] = "r",
+        index_tail_read_size: int | None = _DEFAULT_TAIL_READ_SIZE,
+        remote_range_reads: bool = False,
+    ) -> None:
+        self._init_state(to_upath(itar_path), mode, index_tail_read_size, remote_range_reads)
+        if mode == "w":
+            self._writer = ArchiveWriter(self._upath)
+            return
+        source = self._source = _open_source(self._upath, self._remote_range_reads)
+        self._is_remote = source.is_remote
+        try:
+            tail, file_size = source.read_tail(self._tail_request_size())
+            header, index_data = self._accept_tail(tail, file_size)
+            if index_data is None:
+                index_data = source.read(header.offset, header.size)
+            self._set_index(decode_index(index_data, header, self._name))
+        except BaseException:
+            source.close()
+            raise
+
+    def _init_state(
+        self,
+        upath: UPath,
+        mode: str,
+        index_tail_read_size: int | None,
+        remote_range_reads: bool,
+    ) -> None:
+        if mode not in ("r", "w"):
+            raise ValueError(f"{display_name(upath)}: invalid mode {mode!r} (expected 'r' or 'w')")
+        self._upath = upath
+        self._name = display_name(upath)
+        self._mode: Literal["r", "w"] = "r" if mode == "r" else "w"
+        self._tail_read_size = index_tail_read_size
+        self._remote_range_reads = bool(remote_range_reads)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._pid = os.getpid()
+        # The index as parallel lists (cheap to build for many records) plus key -> position.
+        self._keys: list[str] = []
+        self._offsets: list[int] = []
+        self._sizes: list[int] = []
+        self._positions: dict[str, int] = {}
+        # Reading: the bytes of the tail read, records prefetched by open_async.
+        self._source: RecordSource | None = None
+        self._is_remote = False
+        self._tail: bytes | None = None
+        self._tail_start = 0
+        self._file_size = 0
+        self._prefetched: dict[str, bytes] = {}
+        # Writing: node metadata records, held until close.
+        self._writer: ArchiveWriter | None = None
+        self._metadata: dict[str, bytes] = {}
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _tail_request_size(self) -> int:
+        size = self._tail_read_size
+        return BLOCK_SIZE if size is None or size < BLOCK_SIZE else size
+
+    def _accept_tail(self, tail: bytes, file_size: int | None) -> tuple[IndexHeader, bytes | None]:
+        """Decodes the header from the tail read and keeps the tail; returns the index
+        bytes if the tail holds them."""
+        if file_size == 0 or not tail:
+            raise ArchiveFormatError(f"{self._name}: empty file, not an indexed tar archive")
+        header = unpack_index_header(tail, self._name)
+        if file_size is None:  # remote suffix read: the header tells the size
+            file_size = header.file_size
+            if file_size < len(tail):
+                raise ArchiveFormatError(f"{self._name}: index header inconsistent with the file size")
+        if header.offset + header.size > file_size - BLOCK_SIZE:
+            raise ArchiveFormatError(
+                f"{self._name}: index of {header.size} bytes at offset {header.offset} extends past the "
+                f"end of the {file_size}-byte file (truncated?)"
+            )
+        self._file_size = file_size
+        self._tail = tail
+        self._tail_start = file_size - len(tail)
+        assert self._source is not None
+        self._source.set_file_size(file_size)
+        if header.offset >= self._tail_start:
+            start = header.offset - self._tail_start
+            return header, tail[start : start + header.size]
+        return header, None
+
+    def _set_index(self, index: Index) -> None:
+        self._keys, self._offsets, self._sizes = index.keys, index.offsets, index.sizes
+        self._positions = dict(zip(index.keys, range(len(index.keys)), strict=True))
+
+    @classmethod
+    async def open_async(
+        cls,
+        itar_path: str | PurePath | UPath,
+        index_tail_read_size: int | None = _DEFAULT_TAIL_READ_SIZE,
+        remote_range_reads: bool = False,
+        prefetch_keys: Iterable[str] = (),
+    ) -> IndexedTarArchive:
+        """Opens an archive for reading without blocking the running event loop.
+
+        Remote archives load their index with async range requests (one when the index
+        lies within the tail read), so many archives opened with ``asyncio.gather``
+        overlap their requests; local ones are opened on a worker thread. The records of
+        ``prefetch_keys`` that exist (e.g. the consolidated metadata record) are fetched
+        while opening and held in memory until they are read once.
+        """
+        upath = to_upath(itar_path)
+        source = _open_source(upath, remote_range_reads)
+        if not source.is_remote:
+            source.close()
+            archive = await run_in_worker(cls, upath, "r", index_tail_read_size, remote_range_reads)
+            await run_in_worker(archive._prefetch, tuple(prefetch_keys))
+            return archive
+        archive = cls.__new__(cls)
+        archive._init_state(upath, "r", index_tail_read_size, remote_range_reads)
+        archive._source, archive._is_remote = source, True
+        try:
+            tail, file_size = await source.read_tail_async(archive._tail_request_size())
+            header, index_data = archive._accept_tail(tail, file_size)
+            if index_data is None:
+                index_data = await source.read_async(header.offset, header.size)
+            archive._set_index(decode_index(index_data, header, archive._name))
+            await archive._prefetch_async(tuple(prefetch_keys))
+        except BaseException:
+            source.close()
+            raise
+        return archive
+
+    def _prefetch(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            if key in self._positions and key not in self._prefetched:
+                self._prefetched[key] = self.read(key)
+
+    async def _prefetch_async(self, keys: tuple[str, ...]) -> None:
+        import asyncio
+
+        wanted = [key for key in dict.fromkeys(keys) if key in self._positions]
+        for key, data in zip(wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True):
+            self._prefetched[key] = data
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def itar_upath(self) -> UPath:
+        """Absolute location of the archive."""
+        return self._upath
+
+    @property
+    def mode(self) -> Literal["r", "w"]:
+        """``"r"`` if opened for reading, ``"w"`` if opened for writing."""
+        return self._mode
+
+    @property
+    def is_remote(self) -> bool:
+        """True for archives opened for reading on async fsspec filesystems (S3, HTTP, GCS...),
+        whose :meth:`read_async` issues async range requests."""
+        return self._is_remote
+
+    @property
+    def remote_range_reads(self) -> bool:
+        """True if synchronous reads of remote archives use exact range requests."""
+        return self._remote_range_reads
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def records(self) -> Mapping[str, Record]:
+        """Offset and size of every record by key (a read-only live view; while writing, of
+        the records appended so far, without the node metadata records appended at close)."""
+        return _RecordsView(self)
+
+    # -- mapping interface ---------------------------------------------------------------
+
+    def keys(self) -> list[str]:
+        """Keys of all records: in archive order, then node metadata records not yet written."""
+        with self._lock:
+            return self._keys + [key for key in self._metadata if key not in self._positions]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._positions) + sum(1 for key in self._metadata if key not in self._positions)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._positions or key in self._metadata
+
+    def __getitem__(self, key: str) -> bytes:
+        return self.read(key)
+
+    def __setitem__(self, key: str, value: bytes | bytearray | memoryview) -> None:
+        self.write(key, value)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _locate(self, key: str) -> tuple[int, int]:
+        position = self._positions.get(key)
+        if position is None:
+            raise KeyError(f"no record {key!r} in {self._name}")
+        return self._offsets[position], self._sizes[position]
+
+    def _from_memory(self, key: str, offset: int, size: int) -> bytes | None:
+        if size == 0:
+            return b""
+        tail = self._tail
+        if tail is not None and offset >= self._tail_start:
+            start = offset - self._tail_start
+            return tail[start : start + size]
+        if self._prefetched:
+            return self._prefetched.pop(key, None)
+        return None
+
+    def _live_source(self) -> RecordSource:
+        source = self._source
+        if self._closed:
+            raise ArchiveClosedError(f"{self._name}: archive is closed")
+        if source is None:  # unpickled: opened on first use
+            with self._lock:
+                if self._source is None:
+                    self._source = _open_source(self._upath, self._remote_range_reads)
+                    self._source.set_file_size(self._file_size)
+                source = self._source
+        return source
+
+    def read(self, key: str) -> bytes:
+        """The payload of a record (``KeyError`` if there is none).
+
+        Records held in memory (tail read, prefetched, node metadata records while writing,
+        empty records) need no I/O; local archives are read with ``os.pread``; remote ones
+        through the buffered file object or exact range requests (see
+        ``remote_range_reads``). Raises :class:`~ncore_like.ArchiveClosedError` for other
+        records of a closed archive.
+        """
+        if self._writer is not None:
+            return self._read_while_writing(key)
+        offset, size = self._locate(key)
+        data = self._from_memory(key, offset, size)
+        if data is not None:
+            return data
+        return self._live_source().read(offset, size)
+
+    async def read_async(self, key: str) -> bytes:
+        """:meth:`read` without blocking the running event loop: remote archives issue an
+        async range request (concurrent reads overlap), others read on a worker thread."""
+        if self._writer is not None:
+            return await run_in_worker(self._read_while_writing, key)
+        offset, size = self._locate(key)
+        data = self._from_memory(key, offset, size)
+        if data is not None:
+            return data
+        return await self._live_source().read_async(offset, size)
+
+    def _read_while_writing(self, key: str) -> bytes:
+        metadata = self._metadata.get(key)
+        if metadata is not None:
+            return metadata
+        offset, size = self._locate(key)
+        if size == 0:
+            return b""
+        with self._lock:
+            if self._closed:
+                raise ArchiveClosedError(f"{self._name}: archive is closed")
+            assert self._writer is not None
+            return self._writer.read_back(offset, size)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def write(self, key: str, value: bytes | bytearray | memoryview) -> None:
+        """Stores a record (same as ``archive[key] = value``).
+
+        Raises :class:`~ncore_like.RecordExistsError` if a record other than node metadata
+        exists under ``key``, :class:`~ncore_like.ReadOnlyError` for archives opened for
+        reading, :class:`~ncore_like.InvalidKeyError` for keys that can't name a record.
+        """
+        if self._writer is None:
+            raise ReadOnlyError(f"{self._name}: archive is opened for reading, can't write {key!r}")
+        validate_key(key, self._name)
+        try:
+            payload = memoryview(value).cast("B")
+        except TypeError as error:
+            raise TypeError(f"{self._name}: record {key!r} must be bytes-like ({error})") from error
+        if not payload.c_contiguous:
+            raise ValueError(f"{self._name}: record {key!r} is not a contiguous buffer")
+        metadata = is_node_metadata_key(key)
+        with self._lock:
+            self._check_writable()
+            if metadata:
+                self._metadata[key] = bytes(payload)
+                return
+            if key in self._positions:
+                raise RecordExistsError(key, f"{self._name}: record {key!r} exists already (records are write-once)")
+            self._append(key, payload)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise ArchiveClosedError(f"{self._name}: archive is closed, can't write")
+        if self._pid != os.getpid():
+            raise ValueError(
+                f"{self._name}: archive opened for writing in process {self._pid} is used in process "
+                f"{os.getpid()}; call reload_resources() first"
+            )
+
+    def _append(self, key: str, payload: bytes | memoryview) -> None:
+        assert self._writer is not None
+        offset = self._writer.append(key, payload)
+        self._positions[key] = len(self._keys)
+        self._keys.append(key)
+        self._offsets.append(offset)
+        self._sizes.append(len(payload))
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the archive (idempotent).
+
+        When writing, appends the node metadata records and the index, which makes the
+        archive readable. Releases the file resources; records held in memory stay readable.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            writer = self._writer
+            if writer is None:
+                self._closed = True
+                if self._source is not None:
+                    self._source.close()
+                return
+            self._check_writable()
+            self._closed = True
+            try:
+                for key, payload in self._metadata.items():
+                    self._append(key, payload)
+                writer.finish(self._keys, self._offsets, self._sizes)
+            finally:
+                writer.close()
+
+    def __enter__(self) -> IndexedTarArchive:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def release_index_tail(self, retention: IndexTailRetention, *, consolidated: bool) -> None:
+        """Releases the memory of the tail read after the hierarchy was opened (from its
+        consolidated metadata if ``consolidated``); records within it are read from the file
+        afterwards. ``"keep"`` never releases, ``"release_after_opening"`` always,
+        ``"release_if_consolidated"`` if ``consolidated``, ``"keep_complete_archives"`` unless
+        the tail holds the whole file. No-op for archives opened for writing.
+        """
+        if retention not in _RETENTIONS:
+            raise ValueError(f"{self._name}: unknown index tail retention {retention!r}")
+        if self._mode == "w":
+            return
+        release = {
+            "keep": False,
+            "release_after_opening": True,
+            "release_if_consolidated": consolidated,
+            "keep_complete_archives": self._tail_start > 0,
+        }[retention]
+        if release:
+            self._tail = None
+
+    def reload_resources(self) -> None:
+        """Re-opens the file resources (e.g. in a process forked after opening); an archive
+        being written continues on the re-opened local file."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._writer is not None:
+                self._writer.reopen()
+            elif self._source is not None:
+                self._source.reopen()
+            self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._mode == "w":
+            raise TypeError(f"{self._name}: an archive opened for writing can't be pickled")
+        return {
+            "location": str(self._upath),
+            "storage_options": dict(self._upath.storage_options),
+            "index_tail_read_size": self._tail_read_size,
+            "remote_range_reads": self._remote_range_reads,
+            "is_remote": self._is_remote,
+            "file_size": self._file_size,
+            "index": (self._keys, self._offsets, self._sizes),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        upath = UPath(state["location"], **state["storage_options"])
+        self._init_state(upath, "r", state["index_tail_read_size"], state["remote_range_reads"])
+        self._is_remote = state["is_remote"]
+        self._file_size = state["file_size"]
+        self._set_index(Index(*state["index"]))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"mode={self._mode!r}"
+        return f"<IndexedTarArchive {self._name} {state}, {len(self)} records>"

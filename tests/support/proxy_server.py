@@ -1,0 +1,227 @@
+"""Reverse proxy with latency injection and a request log (for S3 tests against moto).
+
+Run as a subprocess by :func:`tests.support.servers.start_proxy`::
+
+    python -m tests.support.proxy_server --upstream http://127.0.0.1:PORT \
+        [--port 0] [--latency 0.02] [--log FILE]
+
+It binds ``127.0.0.1`` only, prints ``PORT <n>`` on stdout once listening, and
+refuses any upstream that is not ``http://127.0.0.1:PORT``.
+
+Every request is forwarded unchanged (method, raw path and query, headers
+including ``Host``, ``Range`` and ``Authorization``, body) except for
+hop-by-hop headers and ``Expect`` (the proxy has already read the whole body).
+The upstream status, headers and body are returned as they are (no
+decompression, no redirect following). Keeping ``Host`` means an S3 SigV4
+signature computed by the client for the proxy's address stays consistent.
+Each request first sleeps ``--latency`` seconds (``asyncio.sleep``, so
+concurrent requests overlap) and is then logged, see
+:class:`tests.support._serving.RequestLog`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from tests.support._serving import LOOPBACK, RequestLog, base_arg_parser, new_record, respond, run
+
+CHUNK_SIZE = 1 << 20
+
+#: Headers that are never forwarded (RFC 9110 section 7.6.1, plus framing headers
+#: that the proxy recomputes and ``Expect``).
+HOP_BY_HOP = frozenset(
+    name.lower()
+    for name in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "Proxy-Connection",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Expect",
+    )
+)
+
+UPSTREAM_KEY = web.AppKey("upstream", URL)
+LATENCY_KEY = web.AppKey("latency", float)
+LOG_KEY = web.AppKey("log", RequestLog)
+SESSION_KEY = web.AppKey("session", aiohttp.ClientSession)
+
+
+def check_upstream(upstream: str) -> URL:
+    """Validate that ``upstream`` is a plain-HTTP loopback URL.
+
+    Args:
+        upstream: e.g. ``http://127.0.0.1:5000``.
+
+    Returns:
+        The parsed origin URL.
+
+    Raises:
+        ValueError: If it is not ``http://127.0.0.1:PORT`` (optionally with a
+            trailing ``/``).
+    """
+    url = URL(upstream)
+    if (
+        url.scheme != "http"
+        or url.host != LOOPBACK
+        or url.explicit_port is None
+        or url.path not in ("", "/")
+        or url.query_string
+        or url.user
+    ):
+        msg = f"upstream must look like http://{LOOPBACK}:PORT, got {upstream!r}"
+        raise ValueError(msg)
+    return url.origin()
+
+
+def _filter_headers(headers: Iterable[tuple[str, str]], *, keep_length: bool) -> CIMultiDict[str]:
+    """Drop hop-by-hop headers (and those named in ``Connection``).
+
+    Args:
+        headers: Header items (duplicates allowed).
+        keep_length: Whether to keep ``Content-Length``.
+
+    Returns:
+        The filtered headers.
+    """
+    items = list(headers)
+    dropped = set(HOP_BY_HOP)
+    for name, value in items:
+        if name.lower() == "connection":
+            dropped.update(token.strip().lower() for token in value.split(","))
+    if not keep_length:
+        dropped.add("content-length")
+    return CIMultiDict((name, value) for name, value in items if name.lower() not in dropped)
+
+
+async def _body_chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """Stream the upstream body.
+
+    Args:
+        response: Upstream response.
+
+    Yields:
+        Body chunks.
+    """
+    async for chunk in response.content.iter_chunked(CHUNK_SIZE):
+        yield chunk
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    """Forward one request upstream after the configured latency.
+
+    Args:
+        request: The request.
+
+    Returns:
+        The upstream's response, relayed.
+    """
+    record = new_record(request)
+    app = request.app
+    latency = app[LATENCY_KEY]
+    if latency > 0:
+        await asyncio.sleep(latency)
+    log = app[LOG_KEY]
+    body = await request.read()
+    headers = _filter_headers(request.raw_headers_str(), keep_length=True)
+    url = URL(str(app[UPSTREAM_KEY]) .rstrip("/") + request.raw_path, encoded=True)
+    session = app[SESSION_KEY]
+    try:
+        async with session.request(
+            request.method,
+            url,
+            headers=headers,
+            data=body if body else None,
+            allow_redirects=False,
+            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
+        ) as upstream:
+            out_headers = _filter_headers(upstream.headers.items(), keep_length=True)
+            has_body = request.method != "HEAD" and upstream.status not in (204, 304)
+            chunks: bytes | AsyncIterator[bytes] = _body_chunks(upstream) if has_body else b""
+            return await respond(
+                request, log, record, status=upstream.status, headers=out_headers, body=chunks
+            )
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        record["error"] = repr(exc)
+        message = f"proxy error: {exc!r}".encode()
+        return await respond(
+            request,
+            log,
+            record,
+            status=502,
+            headers={"Content-Type": "text/plain", "Content-Length": str(len(message))},
+            body=message,
+        )
+
+
+async def _client_session(app: web.Application) -> AsyncIterator[None]:
+    """Own the upstream client session for the app's lifetime.
+
+    Args:
+        app: The application.
+
+    Yields:
+        Nothing; the session lives in ``app[SESSION_KEY]`` meanwhile.
+    """
+    connector = aiohttp.TCPConnector(limit=256, force_close=False)
+    async with aiohttp.ClientSession(
+        connector=connector,
+        trust_env=False,
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=120),
+    ) as session:
+        app[SESSION_KEY] = session
+        yield
+
+
+def make_app(upstream: str, latency: float = 0.0, log: Any = None) -> web.Application:
+    """Build the proxy application.
+
+    Args:
+        upstream: Upstream origin, ``http://127.0.0.1:PORT``.
+        latency: Seconds to sleep before forwarding each request.
+        log: JSON-lines request log file (``pathlib.Path``), or ``None``.
+
+    Returns:
+        The aiohttp application.
+    """
+    app = web.Application(client_max_size=1 << 40)
+    app[UPSTREAM_KEY] = check_upstream(upstream)
+    app[LATENCY_KEY] = float(latency)
+    app[LOG_KEY] = RequestLog(log)
+    app.cleanup_ctx.append(_client_session)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point.
+
+    Args:
+        argv: Arguments (default: ``sys.argv[1:]``).
+    """
+    parser: argparse.ArgumentParser = base_arg_parser(__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--upstream", required=True, help="http://127.0.0.1:PORT")
+    args = parser.parse_args(argv)
+    try:
+        check_upstream(args.upstream)
+    except ValueError as exc:
+        parser.error(str(exc))
+    run(make_app(args.upstream, args.latency, args.log), args)
+
+
+if __name__ == "__main__":
+    main()
