@@ -12,14 +12,24 @@ from upath import UPath
 
 from .._concurrency import run_in_worker
 from ..errors import ArchiveClosedError, ArchiveFormatError, ReadOnlyError, RecordExistsError
-from ._format import BLOCK_SIZE, Index, IndexHeader, decode_index, is_node_metadata_key, unpack_index_header, validate_key
+from ._format import (
+    BLOCK_SIZE,
+    Index,
+    IndexHeader,
+    decode_index,
+    is_node_metadata_key,
+    unpack_index_header,
+    validate_key,
+)
 from ._location import display_name, local_path, to_upath
 from ._sources import FsspecSource, LocalSource, RecordSource
 from ._writer import ArchiveWriter
 
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
 
-IndexTailRetention = Literal["release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"]
+IndexTailRetention = Literal[
+    "release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"
+]
 _RETENTIONS = frozenset(get_args(IndexTailRetention))
 _DEFAULT_TAIL_READ_SIZE = 1 << 20
 
@@ -111,7 +121,8 @@ class IndexedTarArchive:
         if mode == "w":
             self._writer = ArchiveWriter(self._upath)
             return
-        source = self._source = _open_source(self._upath, self._remote_range_reads)
+        source = _open_source(self._upath, self._remote_range_reads)
+        self._source = source
         self._is_remote = source.is_remote
         try:
             tail, file_size = source.read_tail(self._tail_request_size())
@@ -238,7 +249,9 @@ class IndexedTarArchive:
         import asyncio
 
         wanted = [key for key in dict.fromkeys(keys) if key in self._positions]
-        for key, data in zip(wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True):
+        for key, data in zip(
+            wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True
+        ):
             self._prefetched[key] = data
 
     # -- properties ----------------------------------------------------------------------
@@ -383,11 +396,12 @@ class IndexedTarArchive:
             raise ReadOnlyError(f"{self._name}: archive is opened for reading, can't write {key!r}")
         validate_key(key, self._name)
         try:
-            payload = memoryview(value).cast("B")
+            view = memoryview(value)
         except TypeError as error:
             raise TypeError(f"{self._name}: record {key!r} must be bytes-like ({error})") from error
-        if not payload.c_contiguous:
+        if not view.c_contiguous:
             raise ValueError(f"{self._name}: record {key!r} is not a contiguous buffer")
+        payload = view.cast("B")
         metadata = is_node_metadata_key(key)
         with self._lock:
             self._check_writable()
@@ -395,7 +409,9 @@ class IndexedTarArchive:
                 self._metadata[key] = bytes(payload)
                 return
             if key in self._positions:
-                raise RecordExistsError(key, f"{self._name}: record {key!r} exists already (records are write-once)")
+                raise RecordExistsError(
+                    key, f"{self._name}: record {key!r} exists already (records are write-once)"
+                )
             self._append(key, payload)
 
     def _check_writable(self) -> None:

@@ -36,4 +36,5 @@ def fresh_upath(upath: UPath) -> UPath:
     """A new ``UPath`` of the same location and options, with its own filesystem object
     (fsspec filesystem objects of a parent process are unusable after ``fork``)."""
     options: dict[str, Any] = dict(upath.storage_options)
-    return UPath(str(upath), **options)
+    fresh: UPath = UPath(str(upath), **options)
+    return fresh

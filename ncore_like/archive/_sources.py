@@ -14,6 +14,7 @@ the whole index.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -238,7 +239,6 @@ class FsspecSource:
 
     @staticmethod
     def _close_file_quietly(file: Any) -> None:
-        try:
+        # Closing a read-only file object loses nothing, and after a fork it may fail.
+        with contextlib.suppress(Exception):
             file.close()
-        except Exception:  # noqa: BLE001 - closing a read-only file object loses nothing
-            pass

@@ -122,7 +122,9 @@ class ArchiveWriter:
         end = tar_end(self.position)
         index_offset = self.position + len(end)
         index = encode_index(keys, offsets, sizes)
-        self._sink.write((end, index, _PADDING[: padding(len(index))], pack_index_header(index_offset, len(index))))
+        self._sink.write(
+            (end, index, _PADDING[: padding(len(index))], pack_index_header(index_offset, len(index)))
+        )
         self.position = index_offset + len(index) + padding(len(index)) + BLOCK_SIZE
 
     def reopen(self) -> None:

@@ -1,0 +1,465 @@
+"""IndexedTarArchive on local files: format fixtures, round trips, errors, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import lzma
+import multiprocessing
+import os
+import pickle
+import random
+import shutil
+import struct
+import subprocess
+import tarfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from ncore_like import (
+    ArchiveClosedError,
+    ArchiveFormatError,
+    IndexedTarArchive,
+    InvalidKeyError,
+    ReadOnlyError,
+    Record,
+    RecordExistsError,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ncore-19.8.3"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
+TAIL_SIZES = [None, 1, 512, 513, 1024, 1 << 20]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sample_records() -> dict[str, bytes]:
+    rng = random.Random(7)
+    records = {f"chunks/{i}": rng.randbytes(rng.randrange(0, 5000)) for i in range(40)}
+    records["empty"] = b""
+    records["exactly/one/block"] = rng.randbytes(512)
+    records["k" * 150] = b"long key"
+    records["unicode/kamera_vorn_üß/光"] = "ü光".encode()
+    records["big"] = rng.randbytes(1_500_000)  # larger than the default tail read
+    records["after/big"] = b"tail"
+    return records
+
+
+def write_archive(path: Path, records: dict[str, bytes], metadata: dict[str, bytes] | None = None) -> None:
+    with IndexedTarArchive(path, mode="w") as archive:
+        for key, value in records.items():
+            archive[key] = value
+        for key, value in (metadata or {}).items():
+            archive[key] = value
+
+
+# -- the golden archives of nvidia-ncore 19.8.3 -------------------------------------------
+
+
+@pytest.mark.parametrize("tail", TAIL_SIZES)
+@pytest.mark.parametrize("name", sorted(MANIFEST["archives"]))
+def test_golden_archives_read_exactly_as_the_manifest_says(name: str, tail: int | None) -> None:
+    expected = MANIFEST["archives"][name]["records"]
+    with IndexedTarArchive(FIXTURES / name, index_tail_read_size=tail) as archive:
+        assert sorted(archive.keys()) == sorted(expected)
+        assert len(archive) == len(expected)
+        for key, record in expected.items():
+            assert archive.records[key] == Record(record["offset"], record["size"])
+            assert sha256(archive[key]) == record["sha256"], key
+
+
+def test_golden_archive_keys_are_in_archive_order() -> None:
+    expected = MANIFEST["archives"]["raw-records.itar"]["records"]
+    archive = IndexedTarArchive(FIXTURES / "raw-records.itar")
+    assert archive.keys() == sorted(expected, key=lambda key: expected[key]["offset"])
+
+
+# -- round trips ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tail", TAIL_SIZES)
+def test_round_trip_with_every_tail_read_size(tmp_path: Path, tail: int | None) -> None:
+    records = sample_records()
+    write_archive(tmp_path / "a.itar", records)
+    with IndexedTarArchive(tmp_path / "a.itar", index_tail_read_size=tail) as archive:
+        assert archive.keys() == list(records)
+        assert {key: archive[key] for key in archive} == records
+
+
+def test_written_archive_is_a_tar_that_gnu_tar_lists_and_extracts(tmp_path: Path) -> None:
+    records = sample_records()
+    metadata = {".zgroup": b'{"zarr_format": 2}', "sub/.zattrs": b"{}"}
+    write_archive(tmp_path / "a.itar", records, metadata)
+    listing = subprocess.run(["tar", "-tf", str(tmp_path / "a.itar")], check=True, capture_output=True)
+    assert listing.stdout.decode().splitlines() == list(records) + list(metadata)
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run(["tar", "-xf", str(tmp_path / "a.itar"), "-C", str(out)], check=True)
+    for key, value in {**records, **metadata}.items():
+        assert (out / key).read_bytes() == value
+    # Python's tarfile agrees on every payload offset.
+    archive = IndexedTarArchive(tmp_path / "a.itar")
+    with tarfile.open(tmp_path / "a.itar") as tar:
+        offsets = {member.name: member.offset_data for member in tar.getmembers()}
+    assert offsets == {key: archive.records[key].offset for key in archive}
+
+
+def test_empty_archive_round_trip(tmp_path: Path) -> None:
+    IndexedTarArchive(tmp_path / "e.itar", mode="w").close()
+    archive = IndexedTarArchive(tmp_path / "e.itar")
+    assert len(archive) == 0 and archive.keys() == [] and dict(archive.records) == {}
+    assert (tmp_path / "e.itar").stat().st_size == (FIXTURES / "empty.itar").stat().st_size
+
+
+def test_node_metadata_records_are_rewritable_and_appended_at_close(tmp_path: Path) -> None:
+    path = tmp_path / "m.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive[".zgroup"] = b"first"
+        archive["a/0"] = b"chunk"
+        archive[".zgroup"] = b'{"zarr_format": 2}'
+        assert archive[".zgroup"] == b'{"zarr_format": 2}'
+        assert ".zgroup" in archive and ".zgroup" not in archive.records
+        assert archive.keys() == ["a/0", ".zgroup"]
+        assert len(archive) == 2
+    archive = IndexedTarArchive(path)
+    assert archive.keys() == ["a/0", ".zgroup"]
+    assert archive[".zgroup"] == b'{"zarr_format": 2}'
+    assert archive.records[".zgroup"].offset > archive.records["a/0"].offset
+
+
+def test_chunk_records_are_write_once(tmp_path: Path) -> None:
+    path = tmp_path / "w.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive["a/0"] = b"one"
+        with pytest.raises(RecordExistsError) as raised:
+            archive["a/0"] = b"two"
+        assert raised.value.key == "a/0"
+        assert isinstance(raised.value, ValueError)
+        assert str(path) in str(raised.value)
+        assert archive["a/0"] == b"one"
+    assert IndexedTarArchive(path).keys() == ["a/0"]
+    assert IndexedTarArchive(path)["a/0"] == b"one"
+
+
+def test_record_exists_error_pickles_with_its_key() -> None:
+    error = pickle.loads(pickle.dumps(RecordExistsError("k", "msg")))
+    assert (error.key, str(error)) == ("k", "msg")
+    assert RecordExistsError("k").key == "k"
+
+
+def test_writes_accept_any_contiguous_buffer(tmp_path: Path) -> None:
+    import numpy as np
+
+    data = np.arange(1000, dtype=np.float32)
+    with IndexedTarArchive(tmp_path / "b.itar", mode="w") as archive:
+        archive["array"] = memoryview(data)
+        archive["bytearray"] = bytearray(b"abc")
+        with pytest.raises(ValueError, match="contiguous"):
+            archive["strided"] = memoryview(data)[::2]
+        with pytest.raises(TypeError, match="bytes-like"):
+            archive["text"] = "text"  # type: ignore[assignment]
+    archive = IndexedTarArchive(tmp_path / "b.itar")
+    assert archive["array"] == data.tobytes() and archive["bytearray"] == b"abc"
+    assert "strided" not in archive
+
+
+def test_local_writer_reads_back_its_records_while_writing(tmp_path: Path) -> None:
+    with IndexedTarArchive(tmp_path / "r.itar", mode="w") as archive:
+        archive["a"] = b"payload"
+        archive["empty"] = b""
+        assert archive["a"] == b"payload" and archive["empty"] == b""
+        assert archive.records["a"] == Record(512, 7)
+        with pytest.raises(KeyError):
+            archive["missing"]
+
+
+def test_properties(tmp_path: Path) -> None:
+    write_archive(tmp_path / "p.itar", {"a": b"1"})
+    archive = IndexedTarArchive(str(tmp_path / "p.itar"), remote_range_reads=True)
+    assert archive.mode == "r" and not archive.is_remote and archive.remote_range_reads
+    assert archive.itar_upath.path == str(tmp_path / "p.itar")
+    with pytest.raises(TypeError):
+        archive.records["b"] = Record(0, 0)  # type: ignore[index]
+    os.chdir(tmp_path)
+    assert IndexedTarArchive("p.itar").itar_upath.path == str(tmp_path / "p.itar")
+
+
+# -- memory: the tail read and its retention ----------------------------------------------
+
+
+def test_records_in_the_tail_read_need_no_io(tmp_path: Path) -> None:
+    records = sample_records()
+    write_archive(tmp_path / "t.itar", records, {".zgroup": b"{}"})
+    archive = IndexedTarArchive(tmp_path / "t.itar")
+    archive.close()
+    # After close only records held in memory can be read: those after "big" lie in the tail.
+    assert archive[".zgroup"] == b"{}" and archive["after/big"] == b"tail"
+    assert archive["empty"] == b""
+    with pytest.raises(ArchiveClosedError, match=r"t\.itar: archive is closed"):
+        archive["chunks/0"]
+
+
+@pytest.mark.parametrize(
+    ("retention", "consolidated", "small_kept", "large_kept"),
+    [
+        ("keep", False, True, True),
+        ("keep", True, True, True),
+        ("release_after_opening", False, False, False),
+        ("release_if_consolidated", True, False, False),
+        ("release_if_consolidated", False, True, True),
+        ("keep_complete_archives", True, True, False),
+    ],
+)
+def test_release_index_tail(
+    tmp_path: Path, retention: str, consolidated: bool, small_kept: bool, large_kept: bool
+) -> None:
+    write_archive(tmp_path / "small.itar", {"a": b"1"}, {".zgroup": b"{}"})
+    write_archive(tmp_path / "large.itar", {"big": bytes(2 << 20)}, {".zgroup": b"{}"})
+    for name, kept in (("small.itar", small_kept), ("large.itar", large_kept)):
+        archive = IndexedTarArchive(tmp_path / name)
+        archive.release_index_tail(retention, consolidated=consolidated)  # type: ignore[arg-type]
+        assert archive[".zgroup"] == b"{}"  # still readable while open
+        archive.close()
+        if kept:
+            assert archive[".zgroup"] == b"{}"
+        else:
+            with pytest.raises(ArchiveClosedError):
+                archive[".zgroup"]
+
+
+def test_release_index_tail_rejects_unknown_retention_and_ignores_writers(tmp_path: Path) -> None:
+    with IndexedTarArchive(tmp_path / "w.itar", mode="w") as archive:
+        archive.release_index_tail("release_after_opening", consolidated=True)
+        with pytest.raises(ValueError, match="unknown index tail retention"):
+            archive.release_index_tail("forget", consolidated=True)  # type: ignore[arg-type]
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def corrupt_copy(tmp_path: Path, mutate: Callable[[bytearray], bytes | bytearray]) -> Path:
+    data = bytearray((FIXTURES / "raw-records.itar").read_bytes())
+    path = tmp_path / "corrupt.itar"
+    path.write_bytes(bytes(mutate(data)))
+    return path
+
+
+def replace_index(data: bytearray, table: object, index_type: int = 1) -> bytearray:
+    _, _, offset, _ = struct.unpack_from("<4sIQI", data, len(data) - 512)
+    index = lzma.compress(cbor2.dumps(table), format=lzma.FORMAT_XZ)
+    padded = index + bytes(-len(index) % 512)
+    header = struct.pack("<4sIQI", b"itar", index_type, offset, len(index))
+    return data[:offset] + padded + header + bytes(512 - len(header))
+
+
+@pytest.mark.parametrize("tail", [None, 1 << 20])
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda data: b"", "empty file"),
+        (lambda data: data[:-1000], "not an indexed tar archive"),
+        (lambda data: data[:-512], "not an indexed tar archive"),
+        (lambda data: data[:100], "too short|not an indexed tar"),
+        (lambda data: data[:-512] + b"xtar" + data[-508:], "magic b'xtar'"),
+        (lambda data: data[:-508] + struct.pack("<I", 2) + data[-504:], "unknown index type 2"),
+        (lambda data: data[:-1000] + bytes(100) + data[-900:], "corrupt record index"),
+        (
+            lambda data: data[:-504] + struct.pack("<Q", 1 << 40) + data[-496:],
+            "extends past the end",
+        ),
+        (
+            lambda data: replace_index(data, {"items": ["a"], "offset_datas": [1 << 30], "sizes": [1]}),
+            "past the index",
+        ),
+    ],
+)
+def test_bad_files_raise_clear_errors(
+    tmp_path: Path, mutate: Callable[[bytearray], bytes], message: str, tail: int | None
+) -> None:
+    path = corrupt_copy(tmp_path, mutate)
+    with pytest.raises(ArchiveFormatError, match=message) as raised:
+        IndexedTarArchive(path, index_tail_read_size=tail)
+    assert str(path) in str(raised.value)
+
+
+def test_missing_path_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="missing.itar"):
+        IndexedTarArchive(tmp_path / "missing.itar")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        IndexedTarArchive(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        IndexedTarArchive(tmp_path / "no" / "such" / "dir.itar", mode="w")
+    with pytest.raises(IsADirectoryError):
+        IndexedTarArchive(tmp_path, mode="w")
+
+
+def test_invalid_mode(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="invalid mode 'a'"):
+        IndexedTarArchive(tmp_path / "x.itar", mode="a")  # type: ignore[arg-type]
+    assert not (tmp_path / "x.itar").exists()
+
+
+@pytest.mark.parametrize("key", ["", "/etc/passwd", "a/../../b", "..", "nul\0byte", "a//b"])
+def test_invalid_keys_are_rejected_and_nothing_is_written(tmp_path: Path, key: str) -> None:
+    with IndexedTarArchive(tmp_path / "k.itar", mode="w") as archive:
+        with pytest.raises(InvalidKeyError, match=str(tmp_path / "k.itar")):
+            archive[key] = b"x"
+    assert IndexedTarArchive(tmp_path / "k.itar").keys() == []
+
+
+def test_writing_to_an_archive_opened_for_reading(tmp_path: Path) -> None:
+    write_archive(tmp_path / "r.itar", {"a": b"1"})
+    before = (tmp_path / "r.itar").read_bytes()
+    archive = IndexedTarArchive(tmp_path / "r.itar")
+    with pytest.raises(ReadOnlyError, match="opened for reading"):
+        archive["b"] = b"2"
+    assert isinstance(ReadOnlyError(), ValueError)
+    assert (tmp_path / "r.itar").read_bytes() == before
+
+
+def test_closed_archives(tmp_path: Path) -> None:
+    archive = IndexedTarArchive(tmp_path / "c.itar", mode="w")
+    archive["a"] = b"1"
+    archive.close()
+    archive.close()  # harmless
+    with pytest.raises(ArchiveClosedError, match="closed"):
+        archive["b"] = b"2"
+    with pytest.raises(ArchiveClosedError):
+        archive["a"]
+    assert IndexedTarArchive(tmp_path / "c.itar").keys() == ["a"]
+
+
+def test_missing_key(tmp_path: Path) -> None:
+    write_archive(tmp_path / "m.itar", {"a": b"1"})
+    with pytest.raises(KeyError, match="no record 'b' in .*m.itar"):
+        IndexedTarArchive(tmp_path / "m.itar")["b"]
+
+
+def test_records_past_the_end_of_a_truncated_file(tmp_path: Path) -> None:
+    # The index is intact but the file lost bytes before it: reads must fail, not return
+    # short or wrong data. Simulate by truncating the payload region in place.
+    records = {"a": b"x" * 4000, "b": b"y" * 10}
+    write_archive(tmp_path / "t.itar", records)
+    archive = IndexedTarArchive(tmp_path / "t.itar", index_tail_read_size=None)
+    with open(tmp_path / "t.itar", "r+b") as file:
+        file.truncate(1000)
+    with pytest.raises(ArchiveFormatError, match="truncated archive"):
+        archive["a"]
+
+
+# -- async ---------------------------------------------------------------------------------
+
+
+async def test_read_async_and_open_async_local(tmp_path: Path) -> None:
+    records = sample_records()
+    write_archive(tmp_path / "a.itar", records, {".zmetadata.cbor.xz": b"meta"})
+    archive = await IndexedTarArchive.open_async(
+        tmp_path / "a.itar", index_tail_read_size=None, prefetch_keys=("big", ".zmetadata.cbor.xz", "nope")
+    )
+    assert set(archive._prefetched) == {"big", ".zmetadata.cbor.xz"}
+    values = await asyncio.gather(*(archive.read_async(key) for key in records))
+    assert dict(zip(records, values, strict=True)) == records
+    assert "big" not in archive._prefetched  # held only until read once
+    with pytest.raises(KeyError):
+        await archive.read_async("nope")
+
+
+async def test_open_async_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        await IndexedTarArchive.open_async(tmp_path / "missing.itar")
+    (tmp_path / "bad.itar").write_bytes(bytes(4096))
+    with pytest.raises(ArchiveFormatError, match="bad.itar"):
+        await IndexedTarArchive.open_async(tmp_path / "bad.itar")
+
+
+# -- threads and processes -----------------------------------------------------------------
+
+
+def test_many_threads_read_random_records(tmp_path: Path) -> None:
+    records = sample_records()
+    write_archive(tmp_path / "a.itar", records)
+    archive = IndexedTarArchive(tmp_path / "a.itar")
+    keys = list(records)
+
+    def reader(seed: int) -> int:
+        rng = random.Random(seed)
+        for _ in range(300):
+            key = rng.choice(keys)
+            assert archive[key] == records[key]
+        return 300
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sum(pool.map(reader, range(8))) == 2400
+
+
+def test_many_threads_write_distinct_records(tmp_path: Path) -> None:
+    records = {f"t{thread}/{i}": os.urandom(700 + i) for thread in range(8) for i in range(50)}
+    with IndexedTarArchive(tmp_path / "w.itar", mode="w") as archive, ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda item: archive.__setitem__(*item), records.items()))
+    archive = IndexedTarArchive(tmp_path / "w.itar")
+    assert {key: archive[key] for key in archive} == records
+
+
+def test_pickled_reader_needs_no_io_and_reads(tmp_path: Path) -> None:
+    records = sample_records()
+    write_archive(tmp_path / "a.itar", records)
+    archive = IndexedTarArchive(tmp_path / "a.itar")
+    clone = pickle.loads(pickle.dumps(archive))
+    assert clone._source is None  # opened lazily, on the first read that needs I/O
+    assert clone.keys() == archive.keys() and clone["big"] == records["big"]
+    with IndexedTarArchive(tmp_path / "w.itar", mode="w") as writer:
+        with pytest.raises(TypeError, match="can't be pickled"):
+            pickle.dumps(writer)
+
+
+def _read_in_child(archive: IndexedTarArchive, key: str) -> str:
+    return sha256(archive[key])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_readers_work_in_child_processes(tmp_path: Path, method: str) -> None:
+    records = sample_records()
+    write_archive(tmp_path / "a.itar", records)
+    archive = IndexedTarArchive(tmp_path / "a.itar")
+    archive["chunks/1"]  # use it in the parent first
+    with multiprocessing.get_context(method).Pool(2) as pool:
+        hashes = pool.starmap(_read_in_child, [(archive, key) for key in ("big", "chunks/3", "empty")])
+    assert hashes == [sha256(records[key]) for key in ("big", "chunks/3", "empty")]
+
+
+def test_writer_in_forked_child_needs_reload_resources(tmp_path: Path) -> None:
+    path = tmp_path / "f.itar"
+    archive = IndexedTarArchive(path, mode="w")
+    archive["parent"] = b"p"
+    pid = os.fork()
+    if pid == 0:  # child: continue writing after reload_resources, then finish the archive
+        code = 1
+        try:
+            try:
+                archive["refused"] = b"x"
+            except ValueError as error:
+                if "reload_resources" in str(error):
+                    archive.reload_resources()
+                    archive["child"] = b"c"
+                    archive.close()
+                    code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    reread = IndexedTarArchive(path)
+    assert reread.keys() == ["parent", "child"] and reread["child"] == b"c"
+
+
+def test_copied_golden_fixture_is_unchanged(tmp_path: Path) -> None:
+    # The committed fixtures are the ones of shared/fixtures: a missing one must fail here.
+    for name in MANIFEST["archives"]:
+        shutil.copy(FIXTURES / name, tmp_path / name)
+        assert (tmp_path / name).stat().st_size > 0
