@@ -9,15 +9,21 @@ from .errors import (
     ReadOnlyError,
     RecordExistsError,
 )
+from .nodes import Group
+from .store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 
 __all__ = [
     "ArchiveClosedError",
     "ArchiveFormatError",
+    "Group",
     "IndexTailRetention",
     "IndexedTarArchive",
+    "IndexedTarZarrStore",
     "InvalidKeyError",
     "ReadOnlyError",
     "Record",
     "RecordExistsError",
+    "Store",
+    "ZarrStoreAdapter",
 ]
 __version__ = "0.1.0"

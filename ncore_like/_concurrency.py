@@ -89,9 +89,7 @@ def fsspec_loop(filesystem: fsspec.asyn.AsyncFileSystem) -> asyncio.AbstractEven
     return loop
 
 
-async def await_on_fsspec_loop(
-    filesystem: fsspec.asyn.AsyncFileSystem, coroutine: Coroutine[Any, Any, T]
-) -> T:
+async def await_on_fsspec_loop(filesystem: fsspec.asyn.AsyncFileSystem, coroutine: Coroutine[Any, Any, T]) -> T:
     """Awaits a coroutine of ``filesystem`` on its loop from any running loop, without
     blocking the running loop."""
     loop = fsspec_loop(filesystem)

@@ -27,9 +27,7 @@ from ._writer import ArchiveWriter
 
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
 
-IndexTailRetention = Literal[
-    "release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"
-]
+IndexTailRetention = Literal["release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"]
 _RETENTIONS = frozenset(get_args(IndexTailRetention))
 _DEFAULT_TAIL_READ_SIZE = 1 << 20
 
@@ -110,6 +108,9 @@ class IndexedTarArchive:
     remote filesystem objects before their first use (local file descriptors stay valid).
     """
 
+    _source: RecordSource | None
+    _writer: ArchiveWriter | None
+
     def __init__(
         self,
         itar_path: str | PurePath | UPath,
@@ -157,14 +158,14 @@ class IndexedTarArchive:
         self._sizes: list[int] = []
         self._positions: dict[str, int] = {}
         # Reading: the bytes of the tail read, records prefetched by open_async.
-        self._source: RecordSource | None = None
+        self._source = None
         self._is_remote = False
         self._tail: bytes | None = None
         self._tail_start = 0
         self._file_size = 0
         self._prefetched: dict[str, bytes] = {}
         # Writing: node metadata records, held until close.
-        self._writer: ArchiveWriter | None = None
+        self._writer = None
         self._metadata: dict[str, bytes] = {}
 
     # -- opening -------------------------------------------------------------------------
@@ -249,9 +250,7 @@ class IndexedTarArchive:
         import asyncio
 
         wanted = [key for key in dict.fromkeys(keys) if key in self._positions]
-        for key, data in zip(
-            wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True
-        ):
+        for key, data in zip(wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True):
             self._prefetched[key] = data
 
     # -- properties ----------------------------------------------------------------------
@@ -319,15 +318,22 @@ class IndexedTarArchive:
             raise KeyError(f"no record {key!r} in {self._name}")
         return self._offsets[position], self._sizes[position]
 
-    def _from_memory(self, key: str, offset: int, size: int) -> bytes | None:
-        if size == 0:
+    def _from_memory(self, key: str, offset: int, start: int, stop: int) -> bytes | None:
+        """Bytes ``[start, stop)`` of a record if it is held in memory (a full read of a
+        prefetched record releases it)."""
+        if stop <= start:
             return b""
         tail = self._tail
         if tail is not None and offset >= self._tail_start:
-            start = offset - self._tail_start
-            return tail[start : start + size]
+            base = offset - self._tail_start
+            return tail[base + start : base + stop]
         if self._prefetched:
-            return self._prefetched.pop(key, None)
+            data = self._prefetched.get(key)
+            if data is not None:
+                if start == 0 and stop == len(data):
+                    self._prefetched.pop(key, None)
+                    return data
+                return data[start:stop]
         return None
 
     def _live_source(self) -> RecordSource:
@@ -354,10 +360,22 @@ class IndexedTarArchive:
         if self._writer is not None:
             return self._read_while_writing(key)
         offset, size = self._locate(key)
-        data = self._from_memory(key, offset, size)
+        data = self._from_memory(key, offset, 0, size)
         if data is not None:
             return data
         return self._live_source().read(offset, size)
+
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of a record's payload, clipped to the payload (for byte-range
+        requests of zarr stores, e.g. sharded arrays): one read of just those bytes."""
+        if self._writer is not None:
+            return self._read_while_writing(key)[start:stop]
+        offset, size = self._locate(key)
+        start, stop = max(0, min(start, size)), max(0, min(stop, size))
+        data = self._from_memory(key, offset, start, stop)
+        if data is not None:
+            return data
+        return self._live_source().read(offset + start, stop - start)
 
     async def read_async(self, key: str) -> bytes:
         """:meth:`read` without blocking the running event loop: remote archives issue an
@@ -365,10 +383,21 @@ class IndexedTarArchive:
         if self._writer is not None:
             return await run_in_worker(self._read_while_writing, key)
         offset, size = self._locate(key)
-        data = self._from_memory(key, offset, size)
+        data = self._from_memory(key, offset, 0, size)
         if data is not None:
             return data
         return await self._live_source().read_async(offset, size)
+
+    async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
+        """:meth:`read_range` without blocking the running event loop."""
+        if self._writer is not None:
+            return (await run_in_worker(self._read_while_writing, key))[start:stop]
+        offset, size = self._locate(key)
+        start, stop = max(0, min(start, size)), max(0, min(stop, size))
+        data = self._from_memory(key, offset, start, stop)
+        if data is not None:
+            return data
+        return await self._live_source().read_async(offset + start, stop - start)
 
     def _read_while_writing(self, key: str) -> bytes:
         metadata = self._metadata.get(key)
@@ -409,9 +438,7 @@ class IndexedTarArchive:
                 self._metadata[key] = bytes(payload)
                 return
             if key in self._positions:
-                raise RecordExistsError(
-                    key, f"{self._name}: record {key!r} exists already (records are write-once)"
-                )
+                raise RecordExistsError(key, f"{self._name}: record {key!r} exists already (records are write-once)")
             self._append(key, payload)
 
     def _check_writable(self) -> None:

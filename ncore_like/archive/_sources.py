@@ -75,9 +75,7 @@ class RecordSource(Protocol):
 
 
 def _truncated(name: str, offset: int, size: int, got: int) -> ArchiveFormatError:
-    return ArchiveFormatError(
-        f"{name}: truncated archive, {size} bytes at offset {offset} requested but {got} read"
-    )
+    return ArchiveFormatError(f"{name}: truncated archive, {size} bytes at offset {offset} requested but {got} read")
 
 
 class LocalSource:

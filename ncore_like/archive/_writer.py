@@ -80,9 +80,7 @@ class _FileSink:
                 self._file.write(buffer)
 
     def read_back(self, offset: int, size: int) -> bytes:
-        raise ValueError(
-            f"{self._name}: records of a remote archive being written can't be read before it is closed"
-        )
+        raise ValueError(f"{self._name}: records of a remote archive being written can't be read before it is closed")
 
     def reopen(self, position: int) -> None:
         raise ValueError(
@@ -122,9 +120,7 @@ class ArchiveWriter:
         end = tar_end(self.position)
         index_offset = self.position + len(end)
         index = encode_index(keys, offsets, sizes)
-        self._sink.write(
-            (end, index, _PADDING[: padding(len(index))], pack_index_header(index_offset, len(index)))
-        )
+        self._sink.write((end, index, _PADDING[: padding(len(index))], pack_index_header(index_offset, len(index))))
         self.position = index_offset + len(index) + padding(len(index)) + BLOCK_SIZE
 
     def reopen(self) -> None:

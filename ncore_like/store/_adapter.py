@@ -1,0 +1,39 @@
+"""``ZarrStoreAdapter``: the :class:`Store` API over any other zarr-python store."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from upath import UPath
+from zarr.storage import LocalStore
+
+from ..archive._location import local_path, to_upath
+from ._base import Store
+from ._zarr_compat import ZarrStore
+
+__all__ = ["ZarrStoreAdapter"]
+
+
+class ZarrStoreAdapter(Store):
+    """A zarr hierarchy in any zarr-python store: in memory, a local directory, fsspec..."""
+
+    def __init__(self, zarr_store: ZarrStore) -> None:
+        if not isinstance(zarr_store, ZarrStore):
+            raise TypeError(f"expected a zarr-python store, got {type(zarr_store).__name__}")
+        super().__init__(zarr_store)
+
+    @classmethod
+    def directory(cls, path: str | PurePath | UPath) -> ZarrStoreAdapter:
+        """A hierarchy in a local directory (a folder per node, a file per record, e.g. for
+        debugging); existing files are kept when writing."""
+        location = local_path(to_upath(path))
+        if location is None:
+            raise ValueError(f"{path}: not a local directory")
+        return cls(LocalStore(location, read_only=False))
+
+    @property
+    def name(self) -> str:
+        return repr(self.zarr)
+
+    def __repr__(self) -> str:
+        return f"ZarrStoreAdapter({self.zarr!r})"

@@ -1,0 +1,172 @@
+"""``Store``: the abstract store of a zarr hierarchy, and the root-group operations all
+stores share (create, open from node metadata or from one consolidated record, consolidate)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ReadOnlyError
+from ._consolidated import (
+    CONSOLIDATED_KEY_V2,
+    CONSOLIDATED_KEY_V3,
+    collects,
+    decode_consolidated,
+    encode_consolidated,
+    zarr_nodes,
+)
+from ._consolidated import is_consolidated_metadata_key as _is_consolidated_metadata_key
+from ._zarr_compat import (
+    ZarrStore,
+    create_group,
+    default_buffer_prototype,
+    group_from_node_metadata,
+    open_group,
+    run_zarr,
+)
+
+if TYPE_CHECKING:
+    import zarr
+
+    from ..nodes import Group
+
+__all__ = ["Store"]
+
+ZarrFormat = Literal[2, 3]
+Attributes = dict[str, Any]
+
+
+class Store(ABC):
+    """A store of a zarr hierarchy, wrapping a zarr-python store (:attr:`zarr`).
+
+    Stores are context managers that close on exit. Use :class:`IndexedTarZarrStore` for
+    ``.itar`` archives and :class:`ZarrStoreAdapter` for any other zarr-python store.
+    """
+
+    def __init__(self, zarr_store: ZarrStore) -> None:
+        self._zarr_store = zarr_store
+
+    @property
+    def zarr(self) -> ZarrStore:
+        """The wrapped zarr-python store (usable with ``zarr.open_group(store.zarr, ...)``)."""
+        return self._zarr_store
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """How errors name the store (its location)."""
+
+    def close(self) -> None:
+        """Closes the store (finishes writing)."""
+        self._zarr_store.close()
+
+    def reload_resources(self) -> None:  # noqa: B027 - a no-op unless a store holds file resources
+        """Re-opens file resources (e.g. in a forked process); no-op by default."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @staticmethod
+    def is_consolidated_metadata_key(key: str) -> bool:
+        """True for keys of consolidated metadata records (``.zmetadata.cbor.xz``,
+        ``zarr.json.cbor.zlib`` and zarr-python 2's ``.zmetadata``), which
+        :meth:`consolidate` regenerates (e.g. to skip when copying records)."""
+        return _is_consolidated_metadata_key(key)
+
+    # -- record access (overridden by stores that reach their records more directly) -----
+
+    def _read_record(self, key: str) -> bytes | None:
+        buffer = run_zarr(self._zarr_store.get(key, default_buffer_prototype()))
+        return None if buffer is None else buffer.to_bytes()
+
+    def _write_record(self, key: str, value: bytes) -> None:
+        run_zarr(self._zarr_store.set(key, default_buffer_prototype().buffer.from_bytes(value)))
+
+    def _record_keys(self) -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in self._zarr_store.list()]
+
+        return run_zarr(collect())
+
+    def _check_writable(self) -> None:
+        if self._zarr_store.read_only:
+            raise ReadOnlyError(f"{self.name}: store is opened for reading, can't write")
+
+    # -- hierarchy -----------------------------------------------------------------------
+
+    def create_root_group(self, attributes: Attributes | None = None, *, zarr_format: ZarrFormat = 2) -> Group:
+        """Creates the root group of the hierarchy in zarr format 2 (default, readable by all
+        zarr-python versions) or 3."""
+        from ..nodes import Group  # the public API returns typed nodes (layer 3)
+
+        self._check_writable()
+        if zarr_format not in (2, 3):
+            raise ValueError(f"{self.name}: unsupported zarr format {zarr_format!r} (expected 2 or 3)")
+        return Group(create_group(self._zarr_store, dict(attributes or {}), zarr_format), store=self)
+
+    def _consolidated_record(self) -> tuple[ZarrFormat, bytes] | None:
+        for zarr_format, key in ((2, CONSOLIDATED_KEY_V2), (3, CONSOLIDATED_KEY_V3)):
+            data = self._read_record(key)
+            if data is not None:
+                return zarr_format, data  # type: ignore[return-value]
+        return None
+
+    def _reading_store(self) -> ZarrStore:
+        store = self._zarr_store
+        if store.read_only:
+            return store
+        try:
+            return store.with_read_only(True)
+        except NotImplementedError:
+            return store
+
+    def open_root_group(self, consolidated: bool | Literal["auto"] = True) -> Group:
+        """Opens the root group of the hierarchy for reading.
+
+        ``True``: from the consolidated metadata record alone (``KeyError`` if there is none,
+        see :meth:`consolidate`); ``False``: from the node metadata records; ``"auto"``: from
+        the consolidated record if there is one.
+        """
+        from ..nodes import Group  # the public API returns typed nodes (layer 3)
+
+        if consolidated not in (True, False, "auto"):
+            raise ValueError(f"{self.name}: consolidated must be True, False or 'auto', got {consolidated!r}")
+        record = self._consolidated_record() if consolidated else None
+        if record is None:
+            if consolidated is True:
+                raise KeyError(
+                    f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
+                    f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
+                )
+            group: zarr.Group = open_group(self._reading_store())
+        else:
+            zarr_format, data = record
+            root, members = zarr_nodes(decode_consolidated(data, zarr_format, self.name), zarr_format, self.name)
+            group = group_from_node_metadata(self._reading_store(), root, members)
+        return Group(group, store=self)
+
+    def consolidate(self) -> None:
+        """Stores the consolidated metadata of the hierarchy (after all nodes were written):
+        one compressed record with the metadata of every node, from which
+        :meth:`open_root_group` opens the hierarchy without reading node metadata records.
+        The node metadata records stay complete (plain zarr-python opens the hierarchy
+        unconsolidated)."""
+        self._check_writable()
+        keys = self._record_keys()
+        if "zarr.json" in keys:
+            zarr_format: ZarrFormat = 3
+        elif ".zgroup" in keys:
+            zarr_format = 2
+        else:
+            raise ValueError(f"{self.name}: no root group to consolidate (create_root_group() first)")
+        records = {}
+        for key in keys:
+            if collects(key, zarr_format):
+                data = self._read_record(key)
+                if data is not None:
+                    records[key] = data
+        key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
+        self._write_record(key, encode_consolidated(records, zarr_format))

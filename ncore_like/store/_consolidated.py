@@ -1,0 +1,116 @@
+"""Compressed consolidated metadata records (pure: no I/O, no zarr).
+
+* zarr format 2: ``.zmetadata.cbor.xz``, an xz stream of the CBOR map
+  ``{"zarr_consolidated_format": 1, "metadata": {key: decoded .zgroup/.zarray/.zattrs}}``
+  (nvidia-ncore 19.8's layout).
+* zarr format 3: ``zarr.json.cbor.zlib``, a zlib stream of the same map over every
+  ``zarr.json`` record, keys relative to the root (the root's own key is ``zarr.json``).
+
+Both hold the decoded JSON of every node metadata record of the hierarchy, so a reader
+builds the whole hierarchy from one record.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import zlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import cbor2
+
+__all__ = [
+    "CONSOLIDATED_KEY_V2",
+    "CONSOLIDATED_KEY_V3",
+    "ConsolidatedMetadataError",
+    "collects",
+    "decode_consolidated",
+    "encode_consolidated",
+    "is_consolidated_metadata_key",
+    "zarr_nodes",
+]
+
+CONSOLIDATED_KEY_V2 = ".zmetadata.cbor.xz"
+CONSOLIDATED_KEY_V3 = "zarr.json.cbor.zlib"
+_ZARR_PYTHON_2_CONSOLIDATED_KEY = ".zmetadata"
+_V2_NAMES = frozenset({".zgroup", ".zarray", ".zattrs"})
+
+
+class ConsolidatedMetadataError(ValueError):
+    """A consolidated metadata record can't be decoded."""
+
+
+def is_consolidated_metadata_key(key: str) -> bool:
+    """True for keys of consolidated metadata records: the compressed records of both zarr
+    formats, and zarr-python 2's ``.zmetadata``."""
+    return key in (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, _ZARR_PYTHON_2_CONSOLIDATED_KEY)
+
+
+def collects(key: str, zarr_format: Literal[2, 3]) -> bool:
+    """True if the consolidated record of ``zarr_format`` holds the metadata record ``key``."""
+    name = key.rpartition("/")[2]
+    return name in _V2_NAMES if zarr_format == 2 else name == "zarr.json"
+
+
+def encode_consolidated(records: Mapping[str, bytes], zarr_format: Literal[2, 3]) -> bytes:
+    """The compressed consolidated record of the given node metadata records (JSON bytes)."""
+    table = {
+        "zarr_consolidated_format": 1,
+        "metadata": {key: json.loads(value) for key, value in sorted(records.items())},
+    }
+    encoded = cbor2.dumps(table)
+    if zarr_format == 2:
+        return lzma.compress(encoded, format=lzma.FORMAT_XZ)
+    return zlib.compress(encoded)
+
+
+def decode_consolidated(data: bytes, zarr_format: Literal[2, 3], where: str) -> dict[str, Any]:
+    """The node metadata by key of a compressed consolidated record."""
+    key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
+    try:
+        raw = lzma.decompress(data) if zarr_format == 2 else zlib.decompress(data)
+        table = cbor2.loads(raw)
+    except (lzma.LZMAError, zlib.error, cbor2.CBORDecodeError, ValueError, EOFError) as error:
+        raise ConsolidatedMetadataError(f"{where}: corrupt consolidated metadata record {key} ({error})") from error
+    if not isinstance(table, dict) or table.get("zarr_consolidated_format") != 1:
+        raise ConsolidatedMetadataError(
+            f"{where}: consolidated metadata record {key} is not of zarr_consolidated_format 1"
+        )
+    metadata = table.get("metadata")
+    if not isinstance(metadata, dict) or not all(isinstance(value, dict) for value in metadata.values()):
+        raise ConsolidatedMetadataError(f"{where}: consolidated metadata record {key} has no metadata map")
+    return metadata
+
+
+def zarr_nodes(
+    metadata: dict[str, Any], zarr_format: Literal[2, 3], where: str
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Splits decoded consolidated metadata into the root group's metadata and that of every
+    member by path, in zarr-python's consolidated form (v2 nodes: their ``.zarray`` or
+    ``.zgroup`` plus ``"attributes"``)."""
+    if zarr_format == 3:
+        root = metadata.get("zarr.json")
+        if root is None or root.get("node_type") != "group":
+            raise ConsolidatedMetadataError(f"{where}: consolidated metadata has no zarr format 3 root group")
+        members = {key[: -len("/zarr.json")]: value for key, value in metadata.items() if key != "zarr.json"}
+        return dict(root), members
+    if ".zgroup" not in metadata:
+        raise ConsolidatedMetadataError(f"{where}: consolidated metadata has no zarr format 2 root group")
+    nodes: dict[str, dict[str, Any]] = {}
+    for key, value in metadata.items():
+        path, _, name = key.rpartition("/")
+        node = nodes.setdefault(path, {})
+        if name == ".zattrs":
+            node["attributes"] = value
+        elif name in (".zarray", ".zgroup"):
+            node.update(value)
+        else:
+            raise ConsolidatedMetadataError(f"{where}: unexpected key {key!r} in consolidated metadata")
+    root = nodes.pop("")
+    root.setdefault("attributes", {})
+    for path, node in nodes.items():
+        if "zarr_format" not in node:
+            raise ConsolidatedMetadataError(f"{where}: consolidated metadata has attributes but no node at {path!r}")
+        node.setdefault("attributes", {})
+    return root, nodes

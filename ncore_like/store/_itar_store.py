@@ -1,0 +1,108 @@
+"""``IndexedTarZarrStore``: a zarr hierarchy in an indexed tar archive."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any, Literal
+
+from upath import UPath
+
+from ..archive import IndexedTarArchive, IndexTailRetention
+from ._base import Store
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
+from ._zarr_store import ItarZarrStore
+
+__all__ = ["IndexedTarZarrStore"]
+
+
+class IndexedTarZarrStore(Store):
+    """A zarr hierarchy in an indexed tar archive, local or remote.
+
+    The parameters are those of :class:`IndexedTarArchive`; the constructor opens the
+    archive (blocking), :meth:`open_async` opens it for reading without blocking. Node
+    metadata records are appended when the store is closed, at the end of the file, so
+    opening the hierarchy from its consolidated metadata costs no I/O beyond the tail read.
+
+    Stores opened for reading pickle by location, options and index (no I/O when
+    unpickled), so they can be handed to worker processes; in a forked child they reopen
+    remote filesystem objects by themselves (local descriptors stay valid), and
+    :meth:`reload_resources` is there for explicit control.
+    """
+
+    def __init__(
+        self,
+        itar_path: str | PurePath | UPath,
+        mode: Literal["r", "w"] = "r",
+        index_tail_read_size: int | None = 1 << 20,
+        remote_range_reads: bool = False,
+    ) -> None:
+        self._archive = IndexedTarArchive(itar_path, mode, index_tail_read_size, remote_range_reads)
+        super().__init__(ItarZarrStore(self._archive))
+
+    @classmethod
+    def _of_archive(cls, archive: IndexedTarArchive) -> IndexedTarZarrStore:
+        store = cls.__new__(cls)
+        store._archive = archive
+        Store.__init__(store, ItarZarrStore(archive))
+        return store
+
+    @classmethod
+    async def open_async(
+        cls,
+        itar_path: str | PurePath | UPath,
+        index_tail_read_size: int | None = 1 << 20,
+        remote_range_reads: bool = False,
+    ) -> IndexedTarZarrStore:
+        """Opens a store for reading without blocking the running loop; the consolidated
+        metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
+        archive = await IndexedTarArchive.open_async(
+            itar_path,
+            index_tail_read_size,
+            remote_range_reads,
+            prefetch_keys=(CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3),
+        )
+        return cls._of_archive(archive)
+
+    @property
+    def archive(self) -> IndexedTarArchive:
+        """The archive holding the records."""
+        return self._archive
+
+    @property
+    def name(self) -> str:
+        return str(self._archive.itar_upath)
+
+    def close(self) -> None:
+        """Closes the store: when writing, appends the node metadata records and the index."""
+        super().close()
+        self._archive.close()
+
+    def reload_resources(self) -> None:
+        """Re-opens the archive's file resources (e.g. in a forked process)."""
+        self._archive.reload_resources()
+
+    def release_index_tail(self, retention: IndexTailRetention, *, consolidated: bool) -> None:
+        """Releases the archive's tail read as per ``retention`` after the hierarchy was
+        opened, see :meth:`IndexedTarArchive.release_index_tail`."""
+        self._archive.release_index_tail(retention, consolidated=consolidated)
+
+    # Records are read straight from the archive: no hop through zarr's event loop.
+    def _read_record(self, key: str) -> bytes | None:
+        return self._archive.read(key) if key in self._archive else None
+
+    def _write_record(self, key: str, value: bytes) -> None:
+        self._check_writable()
+        self._archive[key] = value
+
+    def _record_keys(self) -> list[str]:
+        return self._archive.keys()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"archive": self._archive}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._archive = state["archive"]
+        Store.__init__(self, ItarZarrStore(self._archive))
+
+    def __repr__(self) -> str:
+        return f"IndexedTarZarrStore({self.name!r}, mode={self._archive.mode!r})"

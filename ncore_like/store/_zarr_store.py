@@ -1,0 +1,184 @@
+"""``ItarZarrStore``: a zarr-python 3 store over an :class:`IndexedTarArchive`.
+
+Chunk records are write-once (a rewrite raises :class:`RecordExistsError`); node metadata
+records may be rewritten until the archive is closed, since zarr-python rewrites them on
+every attribute change. Deleting a key that was never written is a no-op (zarr-python
+deletes chunks equal to the fill value); deleting a written record is an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from pathlib import PurePath
+from typing import Any
+
+from upath import UPath
+
+from .._concurrency import run_in_worker
+from ..archive import IndexedTarArchive
+from ..archive._format import is_node_metadata_key
+from ._zarr_compat import Buffer, BufferPrototype, ByteRequest, ZarrStore, byte_range_bounds
+
+__all__ = ["ItarZarrStore"]
+
+
+class ItarZarrStore(ZarrStore):
+    """A zarr-python 3 store of the records of an indexed tar archive.
+
+    Args:
+        itar: An open archive (used as is, and not closed by this store) or its location
+            (opened for reading if ``read_only``, else created, truncating any file there).
+        read_only: Whether writes are refused (default: the mode of an open archive, True
+            for a location).
+        index_tail_read_size, remote_range_reads: Options for opening a location (see
+            :class:`IndexedTarArchive`).
+    """
+
+    supports_writes = True
+    supports_deletes = True  # of keys never written (a no-op); written records raise
+    supports_listing = True
+
+    def __init__(
+        self,
+        itar: IndexedTarArchive | str | PurePath | UPath,
+        *,
+        read_only: bool | None = None,
+        index_tail_read_size: int | None = 1 << 20,
+        remote_range_reads: bool = False,
+    ) -> None:
+        if isinstance(itar, IndexedTarArchive):
+            archive, owned = itar, False
+            read_only = archive.mode == "r" if read_only is None else read_only
+            if not read_only and archive.mode == "r":
+                raise ValueError(f"{archive.itar_upath}: archive is opened for reading, store can't write")
+        else:
+            read_only = True if read_only is None else read_only
+            archive = IndexedTarArchive(
+                itar,
+                mode="r" if read_only else "w",
+                index_tail_read_size=index_tail_read_size,
+                remote_range_reads=remote_range_reads,
+            )
+            owned = True
+        super().__init__(read_only=read_only)
+        self._archive = archive
+        self._owns_archive = owned
+
+    @property
+    def archive(self) -> IndexedTarArchive:
+        """The archive holding the records."""
+        return self._archive
+
+    def with_read_only(self, read_only: bool = False) -> ItarZarrStore:
+        """A store of the same archive that refuses writes (a reader can't become a writer:
+        writing would truncate the archive)."""
+        if not read_only and self._archive.mode == "r":
+            raise ValueError(
+                f"{self._archive.itar_upath}: archive is opened for reading; open it with mode='w' to "
+                "write (which truncates it)"
+            )
+        return ItarZarrStore(self._archive, read_only=read_only)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ItarZarrStore)
+            and str(other._archive.itar_upath) == str(self._archive.itar_upath)
+            and other.read_only == self.read_only
+        )
+
+    def __hash__(self) -> int:
+        return hash((str(self._archive.itar_upath), self.read_only))
+
+    def __repr__(self) -> str:
+        return f"ItarZarrStore({str(self._archive.itar_upath)!r}, read_only={self.read_only})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Only readers pickle (the archive refuses writers), by location, options and index.
+        return {"archive": self._archive, "read_only": self.read_only}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["archive"], read_only=state["read_only"])  # type: ignore[misc]
+        self._owns_archive = True
+
+    def close(self) -> None:
+        """Closes the store, and the archive if the store opened it (finishing a write)."""
+        super().close()
+        if self._owns_archive:
+            self._archive.close()
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        archive = self._archive
+        record = archive.records.get(key)
+        if record is None and key not in archive:
+            return None
+        if byte_range is None:
+            data = await archive.read_async(key)
+        else:
+            size = record.size if record is not None else len(await archive.read_async(key))
+            start, stop = byte_range_bounds(byte_range, size)
+            data = await archive.read_range_async(key, start, stop)
+        return prototype.buffer.from_bytes(data)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(key, prototype, request) for key, request in key_ranges)))
+
+    async def exists(self, key: str) -> bool:
+        return key in self._archive
+
+    async def getsize(self, key: str) -> int:
+        record = self._archive.records.get(key)
+        if record is not None:
+            return record.size
+        if key in self._archive:  # node metadata held in memory while writing
+            return len(self._archive.read(key))
+        raise FileNotFoundError(f"{self._archive.itar_upath}: no record {key!r}")
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        if not isinstance(value, Buffer):
+            raise TypeError(f"ItarZarrStore.set expects a zarr Buffer, got {type(value).__name__}")
+        payload = value.as_numpy_array()
+        if is_node_metadata_key(key):
+            self._archive[key] = payload.tobytes()
+        else:  # a blocking write: keep zarr's event loop free meanwhile
+            await run_in_worker(self._archive.write, key, payload.data)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        if key not in self._archive:
+            await self.set(key, value)
+
+    async def delete(self, key: str) -> None:
+        self._check_writable()
+        if key in self._archive:
+            raise ValueError(
+                f"{self._archive.itar_upath}: record {key!r} can't be deleted (archive records are write-once)"
+            )
+
+    # -- listing -------------------------------------------------------------------------
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in self._archive:
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in self._archive:
+            if key.startswith(prefix):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        prefix = prefix.rstrip("/")
+        start = f"{prefix}/" if prefix else ""
+        seen: set[str] = set()
+        for key in self._archive:
+            if key.startswith(start):
+                child = key[len(start) :].partition("/")[0]
+                if child not in seen:
+                    seen.add(child)
+                    yield child
