@@ -18,7 +18,14 @@ from upath import UPath
 from .._concurrency import run_in_worker
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
-from ._zarr_compat import Buffer, BufferPrototype, ByteRequest, ZarrStore, byte_range_bounds
+from ._zarr_compat import (
+    Buffer,
+    BufferPrototype,
+    ByteRequest,
+    ZarrStore,
+    byte_range_bounds,
+    default_buffer_prototype,
+)
 
 __all__ = ["ItarZarrStore"]
 
@@ -107,20 +114,37 @@ class ItarZarrStore(ZarrStore):
         if self._owns_archive:
             self._archive.close()
 
-    # -- reading -------------------------------------------------------------------------
+    # -- reading (async and sync twins) ------------------------------------------------
+
+    def _size(self, key: str) -> int:
+        record = self._archive.records.get(key)
+        if record is not None:
+            return record.size
+        return len(self._archive.read(key))  # node metadata held in memory while writing
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         archive = self._archive
-        record = archive.records.get(key)
-        if record is None and key not in archive:
+        if key not in archive:
             return None
         if byte_range is None:
             data = await archive.read_async(key)
         else:
-            size = record.size if record is not None else len(await archive.read_async(key))
-            start, stop = byte_range_bounds(byte_range, size)
+            start, stop = byte_range_bounds(byte_range, self._size(key))
             data = await archive.read_range_async(key, start, stop)
         return prototype.buffer.from_bytes(data)
+
+    def get_sync(
+        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        archive = self._archive
+        if key not in archive:
+            return None
+        if byte_range is None:
+            data = archive.read(key)
+        else:
+            start, stop = byte_range_bounds(byte_range, self._size(key))
+            data = archive.read_range(key, start, stop)
+        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
@@ -131,30 +155,36 @@ class ItarZarrStore(ZarrStore):
         return key in self._archive
 
     async def getsize(self, key: str) -> int:
-        record = self._archive.records.get(key)
-        if record is not None:
-            return record.size
-        if key in self._archive:  # node metadata held in memory while writing
-            return len(self._archive.read(key))
-        raise FileNotFoundError(f"{self._archive.itar_upath}: no record {key!r}")
+        if key not in self._archive:
+            raise FileNotFoundError(f"{self._archive.itar_upath}: no record {key!r}")
+        return self._size(key)
 
-    # -- writing -------------------------------------------------------------------------
+    # -- writing (async and sync twins) --------------------------------------------------
 
-    async def set(self, key: str, value: Buffer) -> None:
+    def _payload(self, value: Buffer) -> memoryview:
         self._check_writable()
         if not isinstance(value, Buffer):
             raise TypeError(f"ItarZarrStore.set expects a zarr Buffer, got {type(value).__name__}")
-        payload = value.as_numpy_array()
+        return value.as_numpy_array().data
+
+    async def set(self, key: str, value: Buffer) -> None:
+        payload = self._payload(value)
         if is_node_metadata_key(key):
-            self._archive[key] = payload.tobytes()
+            self._archive[key] = payload
         else:  # a blocking write: keep zarr's event loop free meanwhile
-            await run_in_worker(self._archive.write, key, payload.data)
+            await run_in_worker(self._archive.write, key, payload)
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        self._archive[key] = self._payload(value)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         if key not in self._archive:
             await self.set(key, value)
 
     async def delete(self, key: str) -> None:
+        self.delete_sync(key)
+
+    def delete_sync(self, key: str) -> None:
         self._check_writable()
         if key in self._archive:
             raise ValueError(

@@ -1,0 +1,74 @@
+"""zarr-python's own store conformance suite, run against ItarZarrStore."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.core.buffer.cpu import Buffer as CpuBuffer
+from zarr.testing.store import StoreTests
+
+from ncore_like import IndexedTarArchive
+from ncore_like.store import ItarZarrStore
+
+
+class TestItarZarrStore(StoreTests[ItarZarrStore, CpuBuffer]):
+    store_cls = ItarZarrStore
+    buffer_cls = CpuBuffer
+
+    async def set(self, store: ItarZarrStore, key: str, value: Buffer) -> None:
+        # The back door: one layer down, the archive itself.
+        store.archive[key] = value.to_bytes()
+
+    async def get(self, store: ItarZarrStore, key: str) -> Buffer:
+        return self.buffer_cls.from_bytes(store.archive[key])
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
+        path = tmp_path / "store.itar"
+        # An empty archive exists, so read-only variants of the kwargs open too.
+        IndexedTarArchive(path, mode="w").close()
+        return {"itar": path, "read_only": False}
+
+    def test_store_repr(self, store: ItarZarrStore) -> None:
+        assert repr(store).startswith("ItarZarrStore(") and "store.itar" in repr(store)
+
+    def test_store_supports_writes(self, store: ItarZarrStore) -> None:
+        assert store.supports_writes
+
+    def test_store_supports_listing(self, store: ItarZarrStore) -> None:
+        assert store.supports_listing
+
+    @pytest.mark.skip(reason="writers don't pickle: unpickling would truncate the archive or fork its writes")
+    async def test_serializable_store(self, store: ItarZarrStore) -> None: ...
+
+    @pytest.mark.skip(
+        reason="a reader can't become a writer (that would truncate the archive), and written "
+        "records can't be deleted (write-once)"
+    )
+    async def test_with_read_only_store(self, open_kwargs: dict[str, Any]) -> None: ...
+
+    @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
+    async def test_delete(self, store: ItarZarrStore) -> None: ...
+
+    @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
+    async def test_delete_dir(self, store: ItarZarrStore) -> None: ...
+
+    @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
+    async def test_clear(self, store: ItarZarrStore) -> None: ...
+
+    @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
+    def test_delete_sync(self, store: ItarZarrStore) -> None: ...
+
+
+async def test_reader_round_trip_of_the_suite_values(tmp_path: Path) -> None:
+    # What the suite checks on a writer holds for a reader of the closed archive too.
+    path = tmp_path / "r.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive["c/0"] = b"\x01\x02\x03\x04"
+    store = ItarZarrStore(path)
+    assert store.read_only
+    value = await store.get("c/0", default_buffer_prototype())
+    assert value is not None and value.to_bytes() == b"\x01\x02\x03\x04"
