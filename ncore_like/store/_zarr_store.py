@@ -18,6 +18,7 @@ from upath import UPath
 from .._concurrency import run_in_worker
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
 from ._zarr_compat import (
     Buffer,
     BufferPrototype,
@@ -205,7 +206,9 @@ class ItarZarrStore(ZarrStore):
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         prefix = prefix.rstrip("/")
         start = f"{prefix}/" if prefix else ""
-        seen: set[str] = set()
+        # The compressed consolidated records are no members of the hierarchy: zarr-python
+        # would warn about an unknown object when it lists the root group's members.
+        seen: set[str] = {CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3} if not prefix else set()
         for key in self._archive:
             if key.startswith(start):
                 child = key[len(start) :].partition("/")[0]
