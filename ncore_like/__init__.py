@@ -9,17 +9,21 @@ from .errors import (
     ReadOnlyError,
     RecordExistsError,
 )
-from .nodes import Group
+from .nodes import Array, BloscCompression, EncodedArray, Group, NodeCache
 from .store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 
 __all__ = [
     "ArchiveClosedError",
     "ArchiveFormatError",
+    "Array",
+    "BloscCompression",
+    "EncodedArray",
     "Group",
     "IndexTailRetention",
     "IndexedTarArchive",
     "IndexedTarZarrStore",
     "InvalidKeyError",
+    "NodeCache",
     "ReadOnlyError",
     "Record",
     "RecordExistsError",

@@ -183,9 +183,7 @@ def test_write_records_round_trips(tmp_path: Path) -> None:
 
     spec = tmp_path / "spec.json"
     spec.write_text(
-        json.dumps(
-            {"records": [[key, base64.b64encode(payload).decode("ascii")] for key, payload in records]}
-        ),
+        json.dumps({"records": [[key, base64.b64encode(payload).decode("ascii")] for key, payload in records]}),
         encoding="utf-8",
     )
     archive = tmp_path / "records.itar"

@@ -1,5 +1,10 @@
-"""Layer 3: the typed API (``Group``, ``Array``, ...)."""
+"""Layer 3: the typed API (``Group``, ``Array``, ``EncodedArray``, ``BloscCompression``,
+``NodeCache``)."""
 
+from ._array import Array, Selection
+from ._cache import NodeCache
+from ._compression import BloscCompression
+from ._encoding import EncodedArray
 from ._group import Group
 
-__all__ = ["Group"]
+__all__ = ["Array", "BloscCompression", "EncodedArray", "Group", "NodeCache", "Selection"]

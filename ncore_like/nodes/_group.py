@@ -1,29 +1,62 @@
-"""``Group``: a group of a zarr hierarchy (typed wrapper of a zarr-python group)."""
+"""``Group``: a group of a zarr hierarchy, with the typed API to create and open members."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+import numpy.typing as npt
 import zarr
+
+from ..errors import RecordExistsError
+from ..store._zarr_compat import ZarrArray, chunk_key, create_array_node, record_exists, write_record
+from ._array import Array
+from ._cache import NodeCache
+from ._compression import BloscCompression
+from ._encoding import (
+    DEFAULT_COMPRESSION,
+    ChunksLike,
+    EncodedArray,
+    default_fill_value,
+    resolve_chunks,
+    storage_dtype,
+)
+from ._node import Attributes, Node
 
 if TYPE_CHECKING:
     from ..store import Store
 
 __all__ = ["Group"]
 
+Member = "Group | Array"
 
-class Group:
-    """A group of a zarr hierarchy."""
 
-    def __init__(self, group: zarr.Group, cache: object | None = None, store: Store | None = None) -> None:
-        self._group = group
+def _blosc(compression: BloscCompression | None) -> dict[str, Any] | None:
+    if compression is None:
+        return None
+    return {
+        "cname": compression.cname,
+        "clevel": compression.clevel,
+        "shuffle": compression.shuffle_id,
+        "blocksize": compression.blocksize,
+    }
+
+
+class Group(Node[zarr.Group]):
+    """A group of a zarr hierarchy.
+
+    Members are opened through the group's :class:`NodeCache` if it has one (see
+    :meth:`with_cache`); member groups share the cache.
+    """
+
+    def __init__(self, group: zarr.Group, cache: NodeCache | None = None, store: Store | None = None) -> None:
+        super().__init__(group)
+        if cache is not None:
+            cache.bind(group.store)
         self._cache = cache
         self._store = store
-
-    @property
-    def zarr(self) -> zarr.Group:
-        """The wrapped zarr-python group."""
-        return self._group
 
     @property
     def store(self) -> Store | None:
@@ -31,6 +64,224 @@ class Group:
         return self._store
 
     @property
-    def attributes(self) -> dict[str, Any]:
-        """The attributes of the group."""
-        return dict(self._group.attrs)
+    def cache(self) -> NodeCache | None:
+        """The node cache used to open members (None if not cached)."""
+        return self._cache
+
+    @property
+    def zarr_format(self) -> Literal[2, 3]:
+        """zarr format of the hierarchy."""
+        return self._node.metadata.zarr_format
+
+    def with_cache(self, cache: NodeCache | None) -> Group:
+        """The group, opening its members through ``cache``."""
+        return Group(self._node, cache, self._store)
+
+    # -- opening members -----------------------------------------------------------------
+
+    def _wrap(self, node: zarr.Group | ZarrArray) -> Group | Array:
+        if isinstance(node, zarr.Group):
+            return Group(node, self._cache, self._store)
+        return Array(node)
+
+    def _open(self, path: str) -> Group | Array | None:
+        try:
+            node = self._node[path]
+        except KeyError:
+            return None
+        return self._wrap(node)
+
+    def get(self, path: str) -> Group | Array | None:
+        """The (nested) member group or array at ``path``, None if there is none."""
+        path = path.strip("/")
+        if not path:
+            return self
+        if self._cache is None:
+            return self._open(path)
+        full = f"{self.path}/{path}" if self.path else path
+        member: Group | Array | None = self._cache.get(full, lambda: self._open(path))
+        return member
+
+    def _missing(self, path: str, what: str) -> KeyError:
+        where = self._store.name if self._store is not None else repr(self._node.store)
+        return KeyError(f"no {what} {path!r} in group {self.path or '/'} of {where}")
+
+    def node(self, path: str) -> Group | Array:
+        """The (nested) member at ``path`` (KeyError if there is none)."""
+        member = self.get(path)
+        if member is None:
+            raise self._missing(path, "member")
+        return member
+
+    def group(self, path: str) -> Group:
+        """The (nested) member group at ``path`` (KeyError if missing or not a group)."""
+        member = self.get(path)
+        if not isinstance(member, Group):
+            raise self._missing(path, "group")
+        return member
+
+    def array(self, path: str) -> Array:
+        """The (nested) member array at ``path`` (KeyError if missing or not an array)."""
+        member = self.get(path)
+        if not isinstance(member, Array):
+            raise self._missing(path, "array")
+        return member
+
+    def members(self) -> list[str]:
+        """Names of all direct members (sorted)."""
+        return sorted(name for name, _ in self._node.members())
+
+    def keys(self) -> list[str]:
+        """Names of all direct members, see :meth:`members`."""
+        return self.members()
+
+    def items(self) -> Iterator[tuple[str, Group | Array]]:
+        """The direct members with their names (sorted by name, opened while iterating)."""
+        for name, node in sorted(self._node.members(), key=lambda item: item[0]):
+            if self._cache is None:
+                yield name, self._wrap(node)
+            else:
+                full = f"{self.path}/{name}" if self.path else name
+                member: Group | Array | None = self._cache.get(full, partial(self._wrap, node))
+                assert member is not None
+                yield name, member
+
+    def groups(self) -> Iterator[tuple[str, Group]]:
+        """The direct member groups with their names (sorted by name)."""
+        for name, member in self.items():
+            if isinstance(member, Group):
+                yield name, member
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and self.get(path) is not None
+
+    # -- creating members ----------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            where = self._store.name if self._store is not None else repr(self._node.store)
+            raise ValueError(f"{where}: store is opened for reading, can't create members")
+
+    def create_group(self, name: str, *, attributes: Attributes | None = None) -> Group:
+        """Creates a member group (an error if a member of that name exists)."""
+        self._check_writable()
+        return Group(self._node.create_group(name, attributes=dict(attributes or {})), self._cache, self._store)
+
+    def require_group(self, name: str) -> Group:
+        """The member group ``name``, created if it doesn't exist yet."""
+        member = self.get(name)
+        if isinstance(member, Group):
+            return member
+        if member is not None:
+            raise TypeError(f"member {name!r} of group {self.path or '/'} is an array, not a group")
+        return self.create_group(name)
+
+    def create_array(
+        self,
+        name: str,
+        data: npt.ArrayLike,
+        *,
+        dtype: npt.DTypeLike | None = None,
+        chunks: ChunksLike = "single",
+        compression: BloscCompression | None = DEFAULT_COMPRESSION,
+        attributes: Attributes | None = None,
+    ) -> Array:
+        """Creates a member array holding ``data``.
+
+        Args:
+            name: Name of the array in the group.
+            data: The values (their shape is the array's, their dtype too unless ``dtype``).
+            dtype: dtype to convert the values to.
+            chunks: Chunk shape; ``"single"`` (one chunk, default) or ``"auto"`` (zarr-python's
+                heuristic). Zero sizes are clamped to 1.
+            compression: Blosc compression (default lz4, level 5, bit-shuffle), or None.
+            attributes: Attributes of the array.
+        """
+        self._check_writable()
+        encoded = EncodedArray.encode(
+            data, dtype=dtype, chunks=chunks, compression=compression, zarr_format=self.zarr_format
+        )
+        return self.create_encoded_array(name, encoded, attributes=attributes)
+
+    def create_encoded_array(self, name: str, encoded: EncodedArray, *, attributes: Attributes | None = None) -> Array:
+        """Creates a member array from chunks encoded by :meth:`EncodedArray.encode` (e.g. on
+        worker threads). The encoded array is validated before anything is written.
+
+        Raises:
+            ValueError: For stores opened for reading, encoded arrays of another zarr format,
+                chunk shapes that don't match the shape, records outside the chunk grid.
+            RecordExistsError: For chunks written already (archives; a ValueError).
+        """
+        self._check_writable()
+        where = f"array {name!r} of group {self.path or '/'}"
+        encoded.validate(self.zarr_format, where)
+        array = create_array_node(
+            self._node,
+            name,
+            shape=encoded.shape,
+            dtype=encoded.dtype,
+            chunks=encoded.chunks,
+            blosc=_blosc(encoded.compression),
+            fill_value=encoded.fill_value,
+            attributes=dict(attributes) if attributes else None,
+        )
+        keys = {coords: chunk_key(array, coords) for coords in sorted(encoded.chunk_records)}
+        store = array.store
+        for key in keys.values():
+            if record_exists(store, key):
+                raise RecordExistsError(key, f"{where}: chunk record {key!r} exists already")
+        for coords, key in keys.items():
+            write_record(store, key, encoded.chunk_records[coords])
+        return Array(array)
+
+    def create_bytes_array(self, name: str, data: bytes, *, attributes: Attributes | None = None) -> Array:
+        """Stores a binary blob (e.g. an encoded image) as an uncompressed array: zarr format 2,
+        0-dimensional fixed-length bytes (``|S<N>``, nvidia-ncore's layout); format 3,
+        1-dimensional ``uint8`` (fixed-length bytes aren't part of zarr format 3)."""
+        self._check_writable()
+        blob = bytes(data)
+        if self.zarr_format == 2:
+            if not blob:
+                raise ValueError(f"array {name!r}: zarr format 2 can't store an empty blob (|S0)")
+            dtype = np.dtype(f"S{len(blob)}")
+            encoded = EncodedArray((), dtype, (), None, 2, default_fill_value(dtype), {(): blob})
+        else:
+            dtype = np.dtype(np.uint8)
+            records: dict[tuple[int, ...], bytes] = {(0,): blob} if blob else {}
+            encoded = EncodedArray((len(blob),), dtype, (max(1, len(blob)),), None, 3, dtype.type(0), records)
+        return self.create_encoded_array(name, encoded, attributes=attributes)
+
+    def create_empty_array(
+        self,
+        name: str,
+        *,
+        shape: tuple[int, ...],
+        dtype: npt.DTypeLike,
+        chunks: tuple[int, ...],
+        compression: BloscCompression | None = DEFAULT_COMPRESSION,
+        fill_value: Any = None,
+        attributes: Attributes | None = None,
+    ) -> Array:
+        """Creates a member array without data, whose chunks are written by
+        :meth:`Array.write` (chunks not written read as ``fill_value``). Its node metadata is
+        what :meth:`create_array` writes for the same dtype, chunks and compression.
+
+        Raises:
+            ValueError: For stores opened for reading, and chunks that don't match the shape.
+        """
+        self._check_writable()
+        stored = storage_dtype(dtype, self.zarr_format)
+        shape = tuple(int(size) for size in shape)
+        resolved = resolve_chunks(tuple(chunks), shape, stored.itemsize)
+        fill = default_fill_value(stored) if fill_value is None else np.asarray(fill_value, dtype=stored)[()]
+        array = create_array_node(
+            self._node,
+            name,
+            shape=shape,
+            dtype=stored,
+            chunks=resolved,
+            blosc=_blosc(compression),
+            fill_value=fill,
+            attributes=dict(attributes) if attributes else None,
+        )
+        return Array(array)

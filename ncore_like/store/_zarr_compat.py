@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 import zarr
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.abc.store import Store as ZarrStore
@@ -33,6 +34,7 @@ __all__ = [
 
 T = TypeVar("T")
 ZarrFormat = Literal[2, 3]
+ZarrArray = zarr.Array[Any]
 
 
 def run_zarr(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -81,3 +83,162 @@ def group_from_node_metadata(store: ZarrStore, root: dict[str, Any], members: di
         "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": members},
     }
     return zarr.Group(AsyncGroup.from_dict(StorePath(store, ""), metadata))
+
+
+def guess_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """zarr-python's chunk shape heuristic (``chunks="auto"``)."""
+    from zarr.core.chunk_grids import _guess_chunks
+
+    return tuple(int(size) for size in _guess_chunks(shape, itemsize))
+
+
+def create_array_node(
+    group: zarr.Group,
+    name: str,
+    *,
+    shape: tuple[int, ...],
+    dtype: Any,
+    chunks: tuple[int, ...],
+    blosc: dict[str, Any] | None,
+    fill_value: Any,
+    attributes: dict[str, Any] | None,
+) -> ZarrArray:
+    """Writes the node metadata of an array (no chunks) and returns it opened.
+
+    ``blosc`` is ``{"cname", "clevel", "shuffle" (0/1/2), "blocksize"}`` or ``None``; the
+    codec chain is exactly one Blosc compressor or none, with no filters, so chunk records
+    are ``blosc(C-order bytes)`` (little-endian bytes in format 3).
+    """
+    import numcodecs
+    from zarr.codecs import BloscCodec, BloscShuffle
+
+    itemsize = max(1, getattr(dtype, "itemsize", 1))
+    compressors: Any = None
+    if blosc is not None:
+        if group.metadata.zarr_format == 2:
+            compressors = numcodecs.Blosc(**blosc)
+        else:
+            shuffle = (BloscShuffle.noshuffle, BloscShuffle.shuffle, BloscShuffle.bitshuffle)[blosc["shuffle"]]
+            compressors = BloscCodec(
+                typesize=itemsize,
+                cname=blosc["cname"],
+                clevel=blosc["clevel"],
+                shuffle=shuffle,
+                blocksize=blosc["blocksize"],
+            )
+    return group.create_array(
+        name,
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        compressors=compressors,
+        filters=None,
+        fill_value=fill_value,
+        attributes=attributes,
+        config={"write_empty_chunks": True},
+    )
+
+
+def chunk_key(array: ZarrArray, coords: tuple[int, ...]) -> str:
+    """The store key of a chunk of an array."""
+    prefix = f"{array.path}/" if array.path else ""
+    return prefix + array.metadata.encode_chunk_key(coords)
+
+
+def array_zarr_format(array: ZarrArray | zarr.Group) -> ZarrFormat:
+    """The zarr format of a node."""
+    return array.metadata.zarr_format
+
+
+SelectionKind = Literal["basic", "orthogonal", "fancy"]
+
+
+def selection_kind(array: ZarrArray, selection: Any) -> SelectionKind:
+    """How zarr-python's ``array[selection]`` interprets a selection."""
+    from zarr.core.indexing import is_pure_fancy_indexing, is_pure_orthogonal_indexing, pop_fields
+
+    _, pure = pop_fields(selection)
+    if is_pure_fancy_indexing(pure, array.ndim):
+        return "fancy"
+    if is_pure_orthogonal_indexing(pure, array.ndim):
+        return "orthogonal"
+    return "basic"
+
+
+def selection_shape(array: ZarrArray, selection: Any, kind: SelectionKind) -> tuple[int, ...]:
+    """The shape of ``array[selection]`` (raises zarr-python's errors for invalid selections)."""
+    from zarr.core.indexing import BasicIndexer, OrthogonalIndexer
+
+    if kind == "fancy":
+        return tuple(np.empty(array.shape, dtype=np.bool_)[selection].shape) if array.ndim else ()
+    indexer_class = BasicIndexer if kind == "basic" else OrthogonalIndexer
+    return tuple(indexer_class(selection, array.shape, array.metadata.chunk_grid).shape)
+
+
+def read_selection(
+    array: ZarrArray, selection: Any, kind: SelectionKind, out: np.ndarray[Any, Any] | None
+) -> np.ndarray[Any, Any]:
+    """zarr-python's reading of a selection, into ``out`` if given."""
+    from zarr.core.buffer.cpu import NDBuffer
+
+    if out is None:
+        return np.asarray(array[selection])
+    target = NDBuffer.from_numpy_array(out)
+    if kind == "basic":
+        array.get_basic_selection(selection, out=target)
+    elif kind == "orthogonal":
+        array.get_orthogonal_selection(selection, out=target)
+    else:
+        out[...] = np.asarray(array[selection])
+    return out
+
+
+def write_basic_selection(array: ZarrArray, selection: Any, values: Any) -> None:
+    """Writes through zarr-python, storing every touched chunk (also chunks equal to the
+    fill value, which zarr-python would otherwise delete)."""
+    array.with_config({"write_empty_chunks": True}).set_basic_selection(selection, values)
+
+
+def blosc_config(array: ZarrArray) -> dict[str, Any] | Literal["other"] | None:
+    """The array's Blosc compression as ``{"cname", "clevel", "shuffle", "blocksize"}``,
+    None if uncompressed, ``"other"`` for other codecs or filters."""
+    import numcodecs
+    from zarr.codecs import BloscCodec, BytesCodec
+
+    metadata = array.metadata
+    if metadata.zarr_format == 2:
+        if metadata.filters:
+            return "other"
+        compressor = metadata.compressor
+        if compressor is None:
+            return None
+        if isinstance(compressor, numcodecs.Blosc):
+            config = compressor.get_config()
+            return {key: config[key] for key in ("cname", "clevel", "shuffle", "blocksize")}
+        return "other"
+    codecs = list(metadata.codecs)
+    if not codecs or not isinstance(codecs[0], BytesCodec):
+        return "other"
+    rest = codecs[1:]
+    if not rest:
+        return None
+    if len(rest) == 1 and isinstance(rest[0], BloscCodec):
+        codec = rest[0]
+        shuffle = ("noshuffle", "shuffle", "bitshuffle").index(codec.shuffle.value)
+        return {"cname": codec.cname.value, "clevel": codec.clevel, "shuffle": shuffle, "blocksize": codec.blocksize}
+    return "other"
+
+
+def write_record(store: ZarrStore, key: str, data: bytes) -> None:
+    """Stores one record (synchronously where the store can, else on zarr's loop)."""
+    buffer = default_buffer_prototype().buffer.from_bytes(data)
+    set_sync = getattr(store, "set_sync", None)
+    if set_sync is not None:
+        set_sync(key, buffer)
+    else:
+        run_zarr(store.set(key, buffer))
+
+
+def record_exists(store: ZarrStore, key: str) -> bool:
+    """True if the store holds ``key``."""
+    return run_zarr(store.exists(key))

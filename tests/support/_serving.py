@@ -179,9 +179,7 @@ def base_arg_parser(description: str) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, default=0, help="port (0: any free one)")
-    parser.add_argument(
-        "--latency", type=float, default=0.0, help="seconds to sleep per request"
-    )
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds to sleep per request")
     parser.add_argument("--log", type=Path, default=None, help="JSON-lines request log")
     parser.add_argument(
         "--exit-on-stdin-eof",
@@ -241,4 +239,3 @@ def run(app: web.Application, args: argparse.Namespace) -> None:
         args: Parsed arguments from a :func:`base_arg_parser` parser.
     """
     asyncio.run(_serve(app, int(args.port), bool(args.exit_on_stdin_eof)))
-

@@ -172,9 +172,7 @@ async def _get(request: web.Request, target: Path, record: dict[str, Any]) -> we
     try:
         stat = target.stat()
     except (FileNotFoundError, NotADirectoryError):
-        return await respond(
-            request, log, record, status=404, headers={"Content-Length": "0"}
-        )
+        return await respond(request, log, record, status=404, headers={"Content-Length": "0"})
     size = stat.st_size
     headers = {
         "Content-Type": "application/octet-stream",
@@ -196,9 +194,7 @@ async def _get(request: web.Request, target: Path, record: dict[str, Any]) -> we
         status = 206
         headers["Content-Range"] = f"bytes {first}-{last}/{size}"
     headers["Content-Length"] = str(length)
-    return await respond(
-        request, log, record, status=status, headers=headers, body=_read_file(target, first, length)
-    )
+    return await respond(request, log, record, status=status, headers=headers, body=_read_file(target, first, length))
 
 
 async def _put(request: web.Request, target: Path, record: dict[str, Any]) -> web.StreamResponse:

@@ -116,10 +116,7 @@ def write_records(archive: Path, spec_source: str) -> JsonDict:
     records: list[tuple[str, bytes]] = []
     for entry in entries:
         if not (
-            isinstance(entry, list)
-            and len(entry) == 2
-            and isinstance(entry[0], str)
-            and isinstance(entry[1], str)
+            isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], str)
         ):
             msg = f"each record must be [key, payload_base64], got {entry!r}"
             raise ValueError(msg)

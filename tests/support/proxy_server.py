@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -135,25 +135,18 @@ async def handle(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(latency)
     log = app[LOG_KEY]
     body = await request.read()
-    headers = _filter_headers(request.raw_headers_str(), keep_length=True)
-    url = URL(str(app[UPSTREAM_KEY]) .rstrip("/") + request.raw_path, encoded=True)
-    session = app[SESSION_KEY]
+    headers = _filter_headers(request.headers.items(), keep_length=True)
+    url = URL(str(app[UPSTREAM_KEY]).rstrip("/") + request.raw_path, encoded=True)
     try:
-        async with session.request(
+        upstream = await app[SESSION_KEY].request(
             request.method,
             url,
             headers=headers,
             data=body if body else None,
             allow_redirects=False,
             skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-        ) as upstream:
-            out_headers = _filter_headers(upstream.headers.items(), keep_length=True)
-            has_body = request.method != "HEAD" and upstream.status not in (204, 304)
-            chunks: bytes | AsyncIterator[bytes] = _body_chunks(upstream) if has_body else b""
-            return await respond(
-                request, log, record, status=upstream.status, headers=out_headers, body=chunks
-            )
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        )
+    except (TimeoutError, aiohttp.ClientError) as exc:
         record["error"] = repr(exc)
         message = f"proxy error: {exc!r}".encode()
         return await respond(
@@ -164,6 +157,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
             headers={"Content-Type": "text/plain", "Content-Length": str(len(message))},
             body=message,
         )
+    async with upstream:
+        out_headers = _filter_headers(upstream.headers.items(), keep_length=True)
+        has_body = request.method != "HEAD" and upstream.status not in (204, 304)
+        chunks: bytes | AsyncIterator[bytes] = _body_chunks(upstream) if has_body else b""
+        return await respond(request, log, record, status=upstream.status, headers=out_headers, body=chunks)
 
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:
@@ -187,13 +185,13 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-def make_app(upstream: str, latency: float = 0.0, log: Any = None) -> web.Application:
+def make_app(upstream: str, latency: float = 0.0, log: Path | None = None) -> web.Application:
     """Build the proxy application.
 
     Args:
         upstream: Upstream origin, ``http://127.0.0.1:PORT``.
         latency: Seconds to sleep before forwarding each request.
-        log: JSON-lines request log file (``pathlib.Path``), or ``None``.
+        log: JSON-lines request log file, or ``None``.
 
     Returns:
         The aiohttp application.

@@ -171,9 +171,7 @@ def _is_healthy(venv: Path, deadline: float) -> bool:
         recorded = json.loads((venv / _MARKER_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if not isinstance(recorded, dict) or any(
-        recorded.get(key) != value for key, value in _expected_marker().items()
-    ):
+    if not isinstance(recorded, dict) or any(recorded.get(key) != value for key, value in _expected_marker().items()):
         return False
     return _imports_ok(venv, deadline)
 
@@ -261,9 +259,7 @@ def reference_venv() -> Path:
     return VENV_DIR
 
 
-def run_reference(
-    command: str, *args: str, stdin: bytes | None = None, timeout: float = TOOL_TIMEOUT_S
-) -> Any:
+def run_reference(command: str, *args: str, stdin: bytes | None = None, timeout: float = TOOL_TIMEOUT_S) -> Any:
     """Runs one ``ncore_ref_tool.py`` command with the reference implementation.
 
     Args:
@@ -298,8 +294,7 @@ def run_reference(
     stderr = proc.stderr.decode("utf-8", "replace")
     if proc.returncode != 0:
         msg = (
-            f"reference tool failed (exit code {proc.returncode}): {command} {' '.join(args)}\n"
-            f"--- stderr ---\n{stderr}"
+            f"reference tool failed (exit code {proc.returncode}): {command} {' '.join(args)}\n--- stderr ---\n{stderr}"
         )
         raise ReferenceToolError(msg)
     try:

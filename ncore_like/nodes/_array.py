@@ -1,0 +1,156 @@
+"""``Array``: an array of a zarr hierarchy, read through the backend."""
+
+from __future__ import annotations
+
+from types import EllipsisType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backend import Backend, default_backend
+from ..store._zarr_compat import ZarrArray, blosc_config, write_basic_selection
+from ._compression import BloscCompression
+from ._node import Node
+
+__all__ = ["Array", "Selection"]
+
+Selection = Any  # ints, slices, Ellipsis, index lists, masks, tuples of them (as numpy)
+NDArray = np.ndarray[Any, Any]
+
+
+def _is_basic_write_selection(selection: Any) -> bool:
+    items = selection if isinstance(selection, tuple) else (selection,)
+    for item in items:
+        if isinstance(item, EllipsisType) or (isinstance(item, int | np.integer) and not isinstance(item, bool)):
+            continue
+        if isinstance(item, slice) and item.step in (None, 1):
+            continue
+        return False
+    return True
+
+
+class Array(Node[ZarrArray]):
+    """An array of a zarr hierarchy.
+
+    Reads return read-only numpy arrays (complete reads of arrays stored as one
+    uncompressed chunk, e.g. encoded images, are views of their record: no copy) or fill
+    a caller's buffer (``out=``).
+    """
+
+    def __init__(self, array: ZarrArray, backend: Backend | None = None) -> None:
+        super().__init__(array)
+        self._backend = backend or default_backend()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the array."""
+        return tuple(self._node.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """dtype of the array."""
+        dtype: np.dtype[Any] = np.dtype(self._node.dtype)
+        return dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """Chunk shape of the array."""
+        return tuple(self._node.chunks)
+
+    @property
+    def compression(self) -> BloscCompression | None:
+        """The Blosc compression of the chunks (None if uncompressed; ValueError for other
+        compressors or filters)."""
+        config = blosc_config(self._node)
+        if config == "other":
+            raise ValueError(f"array {self.path!r} uses codecs other than one Blosc compressor")
+        if config is None:
+            return None
+        return BloscCompression(
+            config["cname"],
+            config["clevel"],
+            ("noshuffle", "shuffle", "bitshuffle")[config["shuffle"]],
+            config["blocksize"],
+        )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _checked_out(self, out: NDArray, shape: tuple[int, ...]) -> None:
+        if not isinstance(out, np.ndarray):
+            raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+        problems = []
+        if out.dtype != self.dtype:
+            problems.append(f"dtype {out.dtype} (expected {self.dtype})")
+        if out.shape != shape:
+            problems.append(f"shape {out.shape} (expected {shape})")
+        if not out.flags.c_contiguous:
+            problems.append("not C-contiguous")
+        if not out.flags.writeable:
+            problems.append("not writeable")
+        if problems:
+            raise ValueError(f"out for array {self.path!r}: {', '.join(problems)}")
+
+    def _prepare(self, selection: Selection, out: NDArray | None) -> None:
+        if out is not None:
+            _, shape = self._backend.plan(self._node, selection)
+            self._checked_out(out, shape)
+
+    @staticmethod
+    def _finish(result: NDArray, out: NDArray | None) -> NDArray:
+        if out is not None:
+            return out
+        if result.flags.writeable:
+            result.flags.writeable = False
+        return result
+
+    def read(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:
+        """Reads (a selection of) the array.
+
+        Returns a read-only array of the selection's shape (0-dimensional for single
+        elements). With ``out`` (a writeable, C-contiguous array of the array's dtype and the
+        selection's shape, checked before reading) the values land in ``out``, which is
+        returned itself (still writeable, of its own type, e.g. ``numpy.memmap``).
+        """
+        self._prepare(selection, out)
+        return self._finish(self._backend.read(self._node, selection, out), out)
+
+    async def read_async(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:
+        """:meth:`read` without blocking the running event loop; concurrent reads (e.g. with
+        ``asyncio.gather``) overlap their I/O and decoding."""
+        self._prepare(selection, out)
+        return self._finish(await self._backend.read_async(self._node, selection, out), out)
+
+    def read_bytes(self) -> bytes:
+        """The blob stored by :meth:`Group.create_bytes_array`: its record itself when stored
+        as one uncompressed chunk, one copy otherwise. TypeError for arrays that are no blob."""
+        return self._backend.blob(self._node)
+
+    async def read_bytes_async(self) -> bytes:
+        """:meth:`read_bytes` without blocking the running event loop."""
+        return await self._backend.blob_async(self._node)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def write(self, selection: Selection, data: npt.ArrayLike) -> None:
+        """Writes ``data`` to a basic selection (ints, unit-step slices, Ellipsis).
+
+        Every touched chunk is stored (also chunks equal to the fill value); partially
+        selected chunks are completed with the current values (the fill value if not written
+        yet). Archive records are write-once: write each chunk once, i.e. whole chunks or
+        chunk-aligned blocks. A write of several chunks that fails (e.g. on a chunk written
+        already) may leave other chunks of the selection stored.
+
+        Raises:
+            RecordExistsError: For chunks written already (archives; a ValueError).
+            ValueError: For other selections, and arrays of stores opened for reading
+                (checked before anything is written).
+        """
+        if self.read_only:
+            raise ValueError(f"array {self.path!r}: its store is opened for reading")
+        if not _is_basic_write_selection(selection):
+            raise ValueError(
+                f"array {self.path!r}: writes take basic selections (ints, unit-step slices, Ellipsis), "
+                f"got {selection!r}"
+            )
+        write_basic_selection(self._node, selection, data)

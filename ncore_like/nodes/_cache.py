@@ -1,0 +1,71 @@
+"""``NodeCache``: opened member nodes of one hierarchy, shared by its groups."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["NodeCache"]
+
+
+class NodeCache:
+    """A thread-safe, bounded (least recently used) cache of opened nodes by path.
+
+    Opening a member of a hierarchy without consolidated metadata reads its node metadata
+    records (one or more requests for remote archives); a group using a cache (see
+    :meth:`Group.with_cache`) opens each member once, and so do its member groups, which
+    share the cache. A cache belongs to one hierarchy: using it with the groups of another
+    store raises ValueError.
+
+    Args:
+        max_size: Nodes kept; the least recently used one is dropped beyond.
+    """
+
+    def __init__(self, max_size: int = 4096) -> None:
+        if max_size < 1:
+            raise ValueError(f"NodeCache max_size must be positive, got {max_size}")
+        self._max_size = max_size
+        self._nodes: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._owner: object | None = None
+
+    @property
+    def max_size(self) -> int:
+        """Nodes kept at most."""
+        return self._max_size
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def clear(self) -> None:
+        """Drops all nodes."""
+        with self._lock:
+            self._nodes.clear()
+
+    def bind(self, owner: object) -> None:
+        """Ties the cache to one hierarchy (its zarr store), raising ValueError for another."""
+        with self._lock:
+            if self._owner is None:
+                self._owner = owner
+            elif self._owner is not owner:
+                raise ValueError("this NodeCache serves another hierarchy; use one cache per store")
+
+    def get(self, path: str, open_node: Callable[[], Any]) -> Any:
+        """The node at ``path``, opened with ``open_node`` on a miss (None is not cached)."""
+        with self._lock:
+            node = self._nodes.get(path)
+            if node is not None:
+                self._nodes.move_to_end(path)
+                return node
+        # Opened outside the lock: opening may do I/O, and two threads opening the same node
+        # at once only do redundant work.
+        node = open_node()
+        if node is not None:
+            with self._lock:
+                self._nodes[path] = node
+                self._nodes.move_to_end(path)
+                while len(self._nodes) > self._max_size:
+                    self._nodes.popitem(last=False)
+        return node
