@@ -21,6 +21,7 @@ import threading
 from typing import Any, Protocol
 
 import fsspec.asyn
+import fsspec.spec
 from upath import UPath
 
 from .._concurrency import await_on_fsspec_loop, run_in_worker, run_on_fsspec_loop
@@ -160,17 +161,39 @@ class FsspecSource:
                     self._fs, self._file, self._pid = self._upath.fs, None, os.getpid()
         return self._fs
 
+    def _not_a_file(self, error: Exception) -> Exception:
+        """A clearer error for a failed tail read of a folder (checked only on failure)."""
+        try:
+            is_dir = bool(self._fs.isdir(self._path))
+        except Exception:  # the original error says more than a failed check
+            is_dir = False
+        if is_dir:
+            return IsADirectoryError(21, "is a directory, not an indexed tar archive", self._name)
+        return error
+
     def read_tail(self, size: int) -> tuple[bytes, int | None]:
         fs = self._filesystem()
-        # A suffix request needs no HEAD (the size is unknown until the header is decoded).
-        data = bytes(fs.cat_file(self._path, start=-size))
+        try:
+            # A suffix request needs no HEAD (the size is unknown until the header is decoded).
+            data = bytes(fs.cat_file(self._path, start=-size))
+        except Exception as error:
+            failure = self._not_a_file(error)
+            if failure is error:
+                raise
+            raise failure from error
         return data, (len(data) if len(data) < size else None)
 
     async def read_tail_async(self, size: int) -> tuple[bytes, int | None]:
         fs = self._filesystem()
         if not self.is_remote:
             return await run_in_worker(self.read_tail, size)
-        data = bytes(await await_on_fsspec_loop(fs, fs._cat_file(self._path, start=-size)))
+        try:
+            data = bytes(await await_on_fsspec_loop(fs, fs._cat_file(self._path, start=-size)))
+        except Exception as error:
+            failure = await run_in_worker(self._not_a_file, error)
+            if failure is error:
+                raise
+            raise failure from error
         return data, (len(data) if len(data) < size else None)
 
     def set_file_size(self, size: int) -> None:
@@ -195,10 +218,15 @@ class FsspecSource:
         if self._file_size is not None:
             options["size"] = self._file_size  # saves a HEAD request
         try:
-            return fs.open(self._path, **options)
+            file = fs.open(self._path, **options)
         except TypeError:  # a filesystem whose open() takes no size
             options.pop("size", None)
-            return fs.open(self._path, **options)
+            file = fs.open(self._path, **options)
+        if self._file_size is not None and isinstance(file, fsspec.spec.AbstractBufferedFile):
+            # s3fs looks up the file's details (a HEAD request) on its first fetch unless
+            # they are known; the index header told the size already.
+            file.details = {"name": self._path, "size": self._file_size, "type": "file"}
+        return file
 
     def read(self, offset: int, size: int) -> bytes:
         fs = self._filesystem()

@@ -1,0 +1,208 @@
+"""IndexedTarArchive on real servers: S3 (moto behind a logging proxy) and HTTP with Range."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import pickle
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from upath import UPath
+
+from ncore_like import ArchiveFormatError, IndexedTarArchive
+from tests.support.fixtures import HttpRoot
+from tests.support.servers import ServerProcess, max_in_flight, start_http
+
+pytestmark = pytest.mark.s3
+
+
+def sample_records() -> dict[str, bytes]:
+    rng = random.Random(11)
+    records = {f"frames/{i:03d}": rng.randbytes(rng.randrange(50_000, 300_000)) for i in range(12)}
+    records["empty"] = b""
+    records["unicode/光"] = b"light"
+    records["k" * 130] = b"long"
+    records["big"] = rng.randbytes(1_300_000)  # beyond the default tail read
+    records["small/last"] = b"tail"
+    return records
+
+
+def write_records(location: UPath | Path, records: dict[str, bytes]) -> None:
+    with IndexedTarArchive(location, mode="w") as archive:
+        for key, value in records.items():
+            archive[key] = value
+        archive[".zgroup"] = b'{"zarr_format": 2}'
+
+
+def gets(server: ServerProcess) -> list[dict[str, Any]]:
+    return [request for request in server.requests() if request["method"] == "GET"]
+
+
+def wait_for_log(server: ServerProcess, count: int) -> list[dict[str, Any]]:
+    # The proxy logs before it sends the last byte; give it a moment to land.
+    deadline = time.monotonic() + 2
+    while len(server.requests()) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server.requests()
+
+
+@pytest.fixture
+def s3_archive(s3_bucket: UPath, s3_proxy: ServerProcess) -> Iterator[tuple[UPath, dict[str, bytes]]]:
+    records = sample_records()
+    location = s3_bucket / "seq.itar"
+    write_records(location, records)
+    s3_proxy.clear_requests()
+    yield location, records
+
+
+@pytest.mark.parametrize("range_reads", [False, True])
+@pytest.mark.parametrize("tail", [None, 1 << 20])
+def test_s3_round_trip(s3_archive: tuple[UPath, dict[str, bytes]], range_reads: bool, tail: int | None) -> None:
+    location, records = s3_archive
+    archive = IndexedTarArchive(location, index_tail_read_size=tail, remote_range_reads=range_reads)
+    assert archive.is_remote and archive.remote_range_reads is range_reads
+    assert archive.keys() == [*records, ".zgroup"]
+    for key, value in records.items():
+        assert archive[key] == value, key
+
+
+def test_s3_open_costs_one_request_and_range_reads_one_get_each(
+    s3_archive: tuple[UPath, dict[str, bytes]], s3_proxy: ServerProcess
+) -> None:
+    location, records = s3_archive
+    archive = IndexedTarArchive(location, remote_range_reads=True)
+    opening = wait_for_log(s3_proxy, 1)
+    assert [(r["method"], r["range"]) for r in opening] == [("GET", "bytes=-1048576")]
+    for key in ("frames/003", "big", "frames/007"):
+        s3_proxy.clear_requests()
+        assert archive[key] == records[key]
+        record = archive.records[key]
+        logged = wait_for_log(s3_proxy, 1)
+        assert [(r["method"], r["range"]) for r in logged] == [
+            ("GET", f"bytes={record.offset}-{record.offset + record.size - 1}")
+        ]
+    s3_proxy.clear_requests()
+    assert archive[".zgroup"] == b'{"zarr_format": 2}' and archive["small/last"] == b"tail"
+    assert archive["empty"] == b""
+    assert s3_proxy.requests() == []  # served from the tail read
+
+
+def test_s3_buffered_read_moves_about_the_bytes_wanted(
+    s3_archive: tuple[UPath, dict[str, bytes]], s3_proxy: ServerProcess
+) -> None:
+    location, records = s3_archive
+    archive = IndexedTarArchive(location)
+    wait_for_log(s3_proxy, 1)
+    s3_proxy.clear_requests()
+    assert archive["frames/005"] == records["frames/005"]
+    logged = wait_for_log(s3_proxy, 1)
+    assert [r["method"] for r in logged] == ["GET"]  # no HEAD: the size came from the index
+    moved = sum(r["bytes"] for r in logged)
+    assert len(records["frames/005"]) <= moved <= 1.5 * len(records["frames/005"]) + 256 * 1024
+
+
+async def test_s3_read_async_and_open_async(
+    s3_archive: tuple[UPath, dict[str, bytes]], s3_proxy: ServerProcess
+) -> None:
+    location, records = s3_archive
+    archive = await IndexedTarArchive.open_async(location, prefetch_keys=("big",))
+    logged = wait_for_log(s3_proxy, 2)
+    assert logged[0]["range"] == "bytes=-1048576"
+    assert len(logged) == 2  # the tail, then the prefetched record
+    s3_proxy.clear_requests()
+    keys = [key for key in records if key.startswith("frames/")]
+    values = await asyncio.gather(*(archive.read_async(key) for key in keys))
+    assert values == [records[key] for key in keys]
+    assert await archive.read_async("big") == records["big"]  # prefetched: no request
+    logged = wait_for_log(s3_proxy, len(keys))
+    assert len(logged) == len(keys) and all(r["method"] == "GET" and r["range"] for r in logged)
+
+
+def test_s3_missing_and_bad_objects(s3_bucket: UPath) -> None:
+    with pytest.raises(FileNotFoundError):
+        IndexedTarArchive(s3_bucket / "missing.itar")
+    (s3_bucket / "junk.itar").write_bytes(os.urandom(3000))
+    with pytest.raises(ArchiveFormatError, match=r"s3://.*junk\.itar: not an indexed tar archive"):
+        IndexedTarArchive(s3_bucket / "junk.itar")
+    (s3_bucket / "empty.itar").write_bytes(b"")
+    with pytest.raises(ArchiveFormatError, match=r"empty\.itar: empty file"):
+        IndexedTarArchive(s3_bucket / "empty.itar")
+    (s3_bucket / "folder" / "inner.itar").write_bytes(b"x")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        IndexedTarArchive(s3_bucket / "folder")
+
+
+def _read_remote(archive: IndexedTarArchive, key: str) -> bytes:
+    return archive[key]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_s3_reader_in_child_processes(s3_archive: tuple[UPath, dict[str, bytes]], method: str) -> None:
+    location, records = s3_archive
+    archive = IndexedTarArchive(location, remote_range_reads=True)
+    assert archive["frames/000"] == records["frames/000"]  # the parent's event loop is in use
+    assert pickle.loads(pickle.dumps(archive))["frames/001"] == records["frames/001"]
+    with multiprocessing.get_context(method).Pool(2) as pool:
+        values = pool.starmap(_read_remote, [(archive, "frames/002"), (archive, "big")])
+    assert values == [records["frames/002"], records["big"]]
+
+
+# -- HTTP ----------------------------------------------------------------------------------
+
+
+def test_http_round_trip(http_root: HttpRoot) -> None:
+    records = sample_records()
+    write_records(http_root.directory / "seq.itar", records)
+    url = f"{http_root.base_url}/seq.itar"
+    for range_reads in (False, True):
+        archive = IndexedTarArchive(UPath(url), remote_range_reads=range_reads)
+        assert archive.is_remote
+        assert {key: archive[key] for key in records} == records
+
+
+def test_http_concurrent_read_async_overlap(tmp_path: Path) -> None:
+    records = sample_records()
+    write_records(tmp_path / "seq.itar", records)
+    keys = [key for key in records if key.startswith("frames/")]
+    with start_http(tmp_path, latency=0.2) as server:
+
+        async def main() -> list[bytes]:
+            archive = await IndexedTarArchive.open_async(UPath(f"{server.endpoint}/seq.itar"))
+            server.clear_requests()
+            return list(await asyncio.gather(*(archive.read_async(key) for key in keys)))
+
+        started = time.monotonic()
+        values = asyncio.run(main())
+        elapsed = time.monotonic() - started
+        logged = wait_for_log(server, len(keys))
+    assert values == [records[key] for key in keys]
+    assert [r["method"] for r in logged] == ["GET"] * len(keys)
+    assert max_in_flight(logged) >= len(keys) - 2  # they overlap, not one after another
+    assert elapsed < 0.2 * len(keys) / 2  # far below sequential round trips
+
+
+def test_http_threads_with_range_reads_fetch_concurrently(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    records = sample_records()
+    write_records(tmp_path / "seq.itar", records)
+    keys = [key for key in records if key.startswith("frames/")][:8]
+    with start_http(tmp_path, latency=0.2) as server:
+        archive = IndexedTarArchive(UPath(f"{server.endpoint}/seq.itar"), remote_range_reads=True)
+        server.clear_requests()
+        with ThreadPoolExecutor(8) as pool:
+            values = list(pool.map(archive.read, keys))
+        logged = wait_for_log(server, len(keys))
+    assert values == [records[key] for key in keys]
+    assert max_in_flight(logged) >= 6
+
+
+def test_http_missing_file(http_root: HttpRoot) -> None:
+    with pytest.raises(FileNotFoundError):
+        IndexedTarArchive(UPath(f"{http_root.base_url}/missing.itar"))
