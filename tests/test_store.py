@@ -399,3 +399,24 @@ def test_golden_sequence_reads_as_the_manifest_says(consolidated: bool) -> None:
         else:
             assert values.dtype == np.dtype(entry["dtype"]) and list(values.shape) == entry["shape"]
         assert hashlib.sha256(values.tobytes()).hexdigest() == entry["sha256"], path
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_s3_round_trip(s3_bucket: Any, zarr_format: int) -> None:
+    location = s3_bucket / "seq.itar"
+    with IndexedTarZarrStore(location, mode="w") as store:
+        write_hierarchy(store, zarr_format, compressed=True, consolidate=True)
+    for consolidated in (True, False):
+        reader = IndexedTarZarrStore(location, remote_range_reads=consolidated)
+        check_hierarchy(reader.open_root_group(consolidated).zarr, zarr_format)
+
+
+@pytest.mark.s3
+async def test_s3_open_async_then_read(s3_bucket: Any) -> None:
+    location = s3_bucket / "seq.itar"
+    with IndexedTarZarrStore(location, mode="w") as store:
+        write_hierarchy(store, 2, compressed=True, consolidate=True)
+    store = await IndexedTarZarrStore.open_async(location)
+    assert store.archive.is_remote
+    check_hierarchy(store.open_root_group().zarr, 2)
