@@ -49,7 +49,7 @@ class NodeCache:
         with self._lock:
             if self._owner is None:
                 self._owner = owner
-            elif self._owner is not owner:
+            elif self._owner != owner:
                 raise ValueError("this NodeCache serves another hierarchy; use one cache per store")
 
     def get(self, path: str, open_node: Callable[[], Any]) -> Any:
