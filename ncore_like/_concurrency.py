@@ -26,6 +26,7 @@ __all__ = [
     "fsspec_loop",
     "run_in_worker",
     "run_on_fsspec_loop",
+    "run_on_io_loop",
     "set_worker_threads",
     "worker_pool",
     "worker_threads",
@@ -104,6 +105,12 @@ def run_on_fsspec_loop(filesystem: fsspec.asyn.AsyncFileSystem, coroutine: Corou
     Many threads may call this at once: their coroutines run concurrently on the loop.
     """
     return asyncio.run_coroutine_threadsafe(coroutine, fsspec_loop(filesystem)).result()
+
+
+def run_on_io_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine on fsspec's I/O loop (where remote requests run anyway) and waits:
+    the synchronous face of async read plans."""
+    return asyncio.run_coroutine_threadsafe(coroutine, fsspec.asyn.get_loop()).result()
 
 
 def _reset_after_fork() -> None:

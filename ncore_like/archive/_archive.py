@@ -365,6 +365,21 @@ class IndexedTarArchive:
             return data
         return self._live_source().read(offset, size)
 
+    def read_into(self, key: str, buffer: memoryview) -> None:
+        """Reads the payload of a record into ``buffer`` (writable bytes of the record's size),
+        e.g. a region of an output array: local archives read straight into it."""
+        if self._writer is not None:
+            buffer[:] = self._read_while_writing(key)
+            return
+        offset, size = self._locate(key)
+        if len(buffer) != size:
+            raise ValueError(f"{self._name}: record {key!r} has {size} bytes, buffer {len(buffer)}")
+        data = self._from_memory(key, offset, 0, size)
+        if data is not None:
+            buffer[:] = data
+        else:
+            self._live_source().read_into(offset, buffer)
+
     def read_range(self, key: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a record's payload, clipped to the payload (for byte-range
         requests of zarr stores, e.g. sharded arrays): one read of just those bytes."""

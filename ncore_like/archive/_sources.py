@@ -66,6 +66,10 @@ class RecordSource(Protocol):
         """:meth:`read`, without blocking the running loop."""
         ...
 
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Fills ``buffer`` (writable, of bytes) with the bytes at ``offset``."""
+        ...
+
     def reopen(self) -> None:
         """Re-opens the file resources (e.g. in a forked child)."""
         ...
@@ -119,6 +123,15 @@ class LocalSource:
 
     async def read_async(self, offset: int, size: int) -> bytes:
         return await run_in_worker(self.read, offset, size)
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        # Straight into the caller's buffer (e.g. a region of an output array): no copy.
+        done, size = 0, len(buffer)
+        while done < size:
+            count = os.preadv(self._fd, [buffer[done:]], offset + done)
+            if count == 0:
+                raise _truncated(self._path, offset, size, done)
+            done += count
 
     def reopen(self) -> None:
         old, self._fd = self._fd, self._open()
@@ -249,6 +262,9 @@ class FsspecSource:
             return await run_in_worker(self.read, offset, size)
         data = await await_on_fsspec_loop(fs, fs._cat_file(self._path, start=offset, end=offset + size))
         return self._checked(bytes(data), offset, size)
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        buffer[:] = self.read(offset, len(buffer))
 
     def reopen(self) -> None:
         with self._lock:

@@ -1,106 +1,289 @@
-"""``Backend``: reads selections of zarr arrays into numpy arrays.
+"""``Backend``: reads selections of arrays, fast.
 
-Complete reads of arrays stored as one uncompressed chunk in an archive are views of the
-chunk record (no copy); blobs are their record. Everything else is decoded by zarr-python
-for now; the contract of every path is equality with zarr-python's result.
+The fast path (arrays of raw or Blosc-compressed C-order chunks in an indexed tar archive)
+reads each touched chunk's record and decodes it on a worker thread, so one chunk's read
+overlaps another's decoding; local records are read with ``os.pread`` (no lock), remote
+ones with async range requests issued all at once (bounded by bytes in flight). A chunk
+that fills a contiguous region of the output is decompressed straight into it (raw local
+chunks are even read straight into it); others are decoded into a per-thread scratch buffer
+and only the selected part is copied. Anything else goes to zarr-python, and every path
+returns what zarr-python returns.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator
+from concurrent.futures import FIRST_EXCEPTION, wait
 from typing import Any
 
 import numpy as np
 
-from .._concurrency import run_in_worker
-from ..archive import IndexedTarArchive
-from ..store._zarr_compat import (
-    SelectionKind,
-    ZarrArray,
-    blosc_config,
-    chunk_key,
-    read_selection,
-    selection_kind,
-    selection_shape,
-)
+from .._concurrency import run_in_worker, run_on_io_loop, worker_pool
+from ..store._zarr_compat import ZarrArray, read_selection, selection_kind
+from ._decode import decode_into, scratch_buffer
+from ._plan import ChunkLayout, ChunkTask, ReadPlan, chunk_layout, plan_read
 
 __all__ = ["Backend", "default_backend"]
 
 NDArray = np.ndarray[Any, Any]
+#: Reads storing fewer bytes than this run on the calling thread: a hand-off to a worker
+#: costs more than it saves (measured with scripts/bench_read.py).
+INLINE_BYTES = 256 * 1024
+#: Bytes of remote records fetched but not yet decoded, per read.
+MAX_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 
 
-def _archive_of(array: ZarrArray) -> IndexedTarArchive | None:
-    archive = getattr(array.store, "archive", None)
-    return archive if isinstance(archive, IndexedTarArchive) else None
+class _ByteBudget:
+    """Bounds the bytes of records fetched and not yet decoded (asyncio)."""
 
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._used = 0
+        self._changed = asyncio.Condition()
 
-def _native_layout(array: ZarrArray) -> bool:
-    """True if a chunk record's bytes are the array's elements as numpy lays them out."""
-    metadata = array.metadata
-    if metadata.zarr_format == 2:
-        return bool(metadata.order == "C")
-    dtype = array.dtype
-    return isinstance(dtype, np.dtype) and (dtype.itemsize == 1 or dtype.byteorder in ("<", "=", "|"))
+    @contextlib.asynccontextmanager
+    async def hold(self, nbytes: int) -> AsyncIterator[None]:
+        nbytes = min(nbytes, self._limit)  # a record larger than the budget goes alone
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._used + nbytes <= self._limit)
+            self._used += nbytes
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._used -= nbytes
+                self._changed.notify_all()
 
 
 class Backend:
-    """Reads (selections of) arrays: :meth:`read` for values, :meth:`blob` for blobs."""
+    """Reads (selections of) arrays: :meth:`read` for values, :meth:`blob` for blobs.
 
-    def plan(self, array: ZarrArray, selection: Any) -> tuple[SelectionKind, tuple[int, ...]]:
-        """How a selection is read and the shape it gives (zarr-python's errors for invalid
-        selections)."""
+    Args:
+        inline_bytes: Reads of fewer stored bytes run on the calling thread.
+        max_bytes_in_flight: Bytes of remote records fetched but not yet decoded, per read.
+
+    :attr:`stats` counts the reads by path taken (``"fast"``, ``"view"`` and
+    ``"fallback: <reason>"``).
+    """
+
+    def __init__(self, *, inline_bytes: int = INLINE_BYTES, max_bytes_in_flight: int = MAX_BYTES_IN_FLIGHT) -> None:
+        if max_bytes_in_flight < 1:
+            raise ValueError(f"max_bytes_in_flight must be positive, got {max_bytes_in_flight}")
+        self.inline_bytes = inline_bytes
+        self.max_bytes_in_flight = max_bytes_in_flight
+        self.stats: Counter[str] = Counter()
+        self._stats_lock = threading.Lock()
+
+    def _count(self, path: str) -> None:
+        with self._stats_lock:
+            self.stats[path] += 1
+
+    # -- planning ------------------------------------------------------------------------
+
+    def plan(self, array: ZarrArray, selection: Any) -> tuple[str, tuple[int, ...]]:
+        """The shape ``array[selection]`` has (zarr-python's errors for invalid selections)."""
+        from ..store._zarr_compat import selection_shape
+
         kind = selection_kind(array, selection)
         return kind, selection_shape(array, selection, kind)
 
-    def _single_record(self, array: ZarrArray) -> bytes | None:
-        """The record of an array stored as one uncompressed chunk of native layout, if it
-        lies in an archive (None otherwise, or if the chunk isn't stored)."""
-        if tuple(array.chunks) != tuple(max(1, size) for size in array.shape) or blosc_config(array) is not None:
+    def _prepare(
+        self, array: ZarrArray, selection: Any, out: NDArray | None
+    ) -> tuple[ChunkLayout, ReadPlan, NDArray] | NDArray | str:
+        """The fast path's layout, plan and output; the result itself for complete reads that
+        are views of a record; or why the fast path doesn't apply."""
+        layout = chunk_layout(array)
+        if isinstance(layout, str):
+            return layout
+        plan = plan_read(array, layout, selection)
+        if isinstance(plan, str):
+            return plan
+        if out is None:
+            view = self._record_view(array, layout, plan)
+            if view is not None:
+                self._count("view")
+                return view
+            out = np.empty(plan.shape, dtype=np.dtype(array.dtype))
+        self._count("fast")
+        return layout, plan, out
+
+    def _record_view(self, array: ZarrArray, layout: ChunkLayout, plan: ReadPlan) -> NDArray | None:
+        """A complete read of an array stored as one raw chunk is a view of its record."""
+        if layout.compressed or len(plan.tasks) != 1 or plan.shape != tuple(array.shape):
             return None
-        archive = _archive_of(array)
-        if archive is None or not _native_layout(array):
+        task = plan.tasks[0]
+        if not (task.full and task.stored and task.size == layout.chunk_nbytes):
             return None
-        key = chunk_key(array, (0,) * array.ndim)
-        if key not in archive:
+        if layout.stored_dtype != np.dtype(array.dtype) or layout.chunk_shape != plan.shape:
             return None
-        record = archive.read(key)
-        dtype = np.dtype(array.dtype)
-        if len(record) != math.prod(array.chunks) * dtype.itemsize:
+        record = layout.archive.read(task.key)
+        return np.frombuffer(record, dtype=layout.stored_dtype).reshape(plan.shape)
+
+    # -- one chunk (runs on worker threads) ----------------------------------------------
+
+    @staticmethod
+    def _direct_region(task: ChunkTask, layout: ChunkLayout, out: NDArray) -> NDArray | None:
+        """The bytes of ``out`` the chunk fills, if it fills one contiguous region exactly."""
+        if not task.full or out.dtype != layout.stored_dtype:
             return None
-        return record
+        region = out[task.out_selection] if task.out_selection else out
+        if not region.flags.c_contiguous or region.size * region.itemsize != layout.chunk_nbytes:
+            return None
+        flat: NDArray = region.reshape(-1).view(np.uint8)
+        return flat
+
+    @staticmethod
+    def _fill(task: ChunkTask, layout: ChunkLayout, out: NDArray) -> None:
+        if task.out_selection:
+            out[task.out_selection] = layout.fill_value
+        else:
+            out[...] = layout.fill_value
+
+    def _place(
+        self, task: ChunkTask, layout: ChunkLayout, out: NDArray, drop_axes: tuple[int, ...], record: bytes | None
+    ) -> None:
+        """Reads (unless given) and decodes one chunk into ``out``."""
+        if not task.stored:
+            self._fill(task, layout, out)
+            return
+        where = str(layout.archive.itar_upath)
+        archive = layout.archive
+        region = self._direct_region(task, layout, out)
+        if region is not None:
+            if record is None and not layout.compressed and task.size == region.size:
+                archive.read_into(task.key, region.data)  # raw local chunk: no copy at all
+                return
+            record = archive.read(task.key) if record is None else record
+            decode_into(record, region, compressed=layout.compressed, key=task.key, where=where)
+            return
+        buffer = scratch_buffer(layout.chunk_nbytes)
+        if record is None and not layout.compressed and task.size == buffer.size:
+            archive.read_into(task.key, buffer.data)
+        else:
+            record = archive.read(task.key) if record is None else record
+            decode_into(record, buffer, compressed=layout.compressed, key=task.key, where=where)
+        chunk = buffer.view(layout.stored_dtype).reshape(layout.chunk_shape)
+        values = chunk[task.chunk_selection]
+        if drop_axes:
+            values = values.squeeze(axis=drop_axes)
+        if task.out_selection:
+            out[task.out_selection] = values
+        else:
+            out[...] = values
+
+    # -- executing a plan ----------------------------------------------------------------
+
+    def _run_local(self, layout: ChunkLayout, plan: ReadPlan, out: NDArray) -> None:
+        tasks = plan.tasks
+        if len(tasks) <= 1 or plan.stored_bytes < self.inline_bytes:
+            for task in tasks:
+                self._place(task, layout, out, plan.drop_axes, None)
+            return
+        pool = worker_pool()
+        futures = [pool.submit(self._place, task, layout, out, plan.drop_axes, None) for task in tasks]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()  # raises the first error
+        for future in futures:
+            future.result()
+
+    async def _run_async(self, layout: ChunkLayout, plan: ReadPlan, out: NDArray) -> None:
+        archive = layout.archive
+        if not archive.is_remote:
+            if len(plan.tasks) <= 1 or plan.stored_bytes < self.inline_bytes:
+                await run_in_worker(self._run_local, layout, plan, out)
+            else:
+                await asyncio.gather(
+                    *(run_in_worker(self._place, task, layout, out, plan.drop_axes, None) for task in plan.tasks)
+                )
+            return
+        budget = _ByteBudget(self.max_bytes_in_flight)
+
+        async def fetch_and_decode(task: ChunkTask) -> None:
+            if not task.stored:
+                self._fill(task, layout, out)
+                return
+            async with budget.hold(task.size):
+                record = await archive.read_async(task.key)
+                await run_in_worker(self._place, task, layout, out, plan.drop_axes, record)
+
+        # All requests go out at once (within the budget); each chunk decodes on a worker
+        # thread as soon as its bytes arrive.
+        await asyncio.gather(*(fetch_and_decode(task) for task in plan.tasks))
+
+    # -- public API ----------------------------------------------------------------------
+
+    def _fallback(self, reason: str) -> None:
+        self._count(f"fallback: {reason}")
 
     def read(self, array: ZarrArray, selection: Any = Ellipsis, out: NDArray | None = None) -> NDArray:
         """The values of ``array[selection]``, in ``out`` if given (validated by the caller)."""
-        kind, shape = self.plan(array, selection)
-        if kind == "basic" and shape == tuple(array.shape) and math.prod(shape) > 0:
-            record = self._single_record(array)
-            if record is not None:
-                view = np.frombuffer(record, dtype=np.dtype(array.dtype)).reshape(array.shape)
-                if out is None:
-                    return view
-                out[...] = view
-                return out
-        return read_selection(array, selection, kind, out)
+        prepared = self._prepare(array, selection, out)
+        if isinstance(prepared, str):
+            self._fallback(prepared)
+            return read_selection(array, selection, selection_kind(array, selection), out)
+        if isinstance(prepared, np.ndarray):
+            return prepared
+        layout, plan, target = prepared
+        if layout.archive.is_remote:
+            run_on_io_loop(self._run_async(layout, plan, target))
+        else:
+            self._run_local(layout, plan, target)
+        return target
 
     async def read_async(self, array: ZarrArray, selection: Any = Ellipsis, out: NDArray | None = None) -> NDArray:
-        """:meth:`read` without blocking the running loop."""
-        return await run_in_worker(self.read, array, selection, out)
+        """:meth:`read` without blocking the running loop: remote requests are awaited,
+        decoding runs on worker threads, so gathered reads overlap both."""
+        prepared = await run_in_worker(self._prepare, array, selection, out)
+        if isinstance(prepared, str):
+            self._fallback(prepared)
+            kind = selection_kind(array, selection)
+            return await run_in_worker(read_selection, array, selection, kind, out)
+        if isinstance(prepared, np.ndarray):
+            return prepared
+        layout, plan, target = prepared
+        await self._run_async(layout, plan, target)
+        return target
 
     def blob(self, array: ZarrArray) -> bytes:
-        """The bytes of a blob array (0-d fixed bytes, or 1-d uint8): its record if stored as
-        one uncompressed chunk, one copy otherwise. TypeError for other arrays."""
-        dtype = np.dtype(array.dtype)
-        is_blob = (array.ndim == 0 and dtype.kind == "S") or (array.ndim == 1 and dtype == np.uint8)
-        if not is_blob:
-            raise TypeError(f"array {array.path!r} of dtype {dtype} and shape {array.shape} is no binary blob")
-        record = self._single_record(array)
-        if record is not None:
-            return record
-        return self.read(array).tobytes()
+        """The bytes of a blob array (0-d fixed bytes, or 1-d uint8): its record itself if
+        stored as one raw chunk, one copy otherwise. TypeError for other arrays."""
+        self._check_blob(array)
+        record = self._blob_record(array)
+        return record if record is not None else self.read(array).tobytes()
 
     async def blob_async(self, array: ZarrArray) -> bytes:
         """:meth:`blob` without blocking the running loop."""
-        return await run_in_worker(self.blob, array)
+        self._check_blob(array)
+        layout = chunk_layout(array)
+        if isinstance(layout, ChunkLayout) and not layout.compressed and layout.chunk_shape == tuple(array.shape):
+            plan = plan_read(array, layout, Ellipsis)
+            if isinstance(plan, ReadPlan) and plan.tasks[0].stored and plan.tasks[0].size == layout.chunk_nbytes:
+                return await layout.archive.read_async(plan.tasks[0].key)
+        return (await self.read_async(array)).tobytes()
+
+    @staticmethod
+    def _check_blob(array: ZarrArray) -> None:
+        dtype = np.dtype(array.dtype)
+        if not ((array.ndim == 0 and dtype.kind == "S") or (array.ndim == 1 and dtype == np.uint8)):
+            raise TypeError(f"array {array.path!r} of dtype {dtype} and shape {array.shape} is no binary blob")
+
+    def _blob_record(self, array: ZarrArray) -> bytes | None:
+        layout = chunk_layout(array)
+        if isinstance(layout, str) or layout.compressed or layout.chunk_shape != tuple(array.shape):
+            return None
+        plan = plan_read(array, layout, Ellipsis)
+        if isinstance(plan, str) or math.prod(array.shape) == 0:
+            return None
+        task = plan.tasks[0]
+        if not task.stored or task.size != layout.chunk_nbytes:
+            return None
+        return layout.archive.read(task.key)
 
 
 _DEFAULT = Backend()

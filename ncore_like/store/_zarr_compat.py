@@ -242,3 +242,40 @@ def write_record(store: ZarrStore, key: str, data: bytes) -> None:
 def record_exists(store: ZarrStore, key: str) -> bool:
     """True if the store holds ``key``."""
     return run_zarr(store.exists(key))
+
+
+def raw_chunk_layout(array: ZarrArray) -> tuple[np.dtype[Any], tuple[int, ...]] | str:
+    """The dtype (with the stored byte order) and shape of an array's decoded chunks if they
+    are plain C-order elements, or why not (filters, Fortran order, sharding, ...)."""
+    from zarr.codecs import BytesCodec
+
+    metadata = array.metadata
+    dtype = np.dtype(array.dtype)
+    if metadata.zarr_format == 2:
+        if metadata.order != "C":
+            return "Fortran-ordered chunks"
+        if metadata.filters:
+            return "filters"
+        return dtype, tuple(metadata.chunks)
+    codecs = list(metadata.codecs)
+    if not codecs or not isinstance(codecs[0], BytesCodec):
+        return "array-to-array codecs or sharding"
+    endian = codecs[0].endian
+    if dtype.itemsize > 1 and endian is not None:
+        dtype = dtype.newbyteorder("<" if endian.value == "little" else ">")
+    grid_chunks = getattr(metadata.chunk_grid, "chunk_shape", None)
+    if grid_chunks is None:
+        return "irregular chunk grid"
+    return dtype, tuple(grid_chunks)
+
+
+def chunk_projections(
+    array: ZarrArray, selection: Any, kind: SelectionKind
+) -> tuple[tuple[int, ...], list[Any], tuple[int, ...]]:
+    """zarr-python's indexer for a basic or orthogonal selection: the output shape, the
+    chunk projections, and the axes dropped from each chunk's values."""
+    from zarr.core.indexing import BasicIndexer, OrthogonalIndexer
+
+    indexer_class = BasicIndexer if kind == "basic" else OrthogonalIndexer
+    indexer = indexer_class(selection, array.shape, array.metadata.chunk_grid)
+    return tuple(indexer.shape), list(indexer), tuple(getattr(indexer, "drop_axes", ()) or ())

@@ -1,0 +1,44 @@
+"""Decoding one chunk record into a destination buffer, and per-thread scratch buffers."""
+
+from __future__ import annotations
+
+import threading
+
+import numcodecs.blosc
+import numpy as np
+
+__all__ = ["decode_into", "scratch_buffer"]
+
+_local = threading.local()
+
+
+def scratch_buffer(nbytes: int) -> np.ndarray[tuple[int], np.dtype[np.uint8]]:
+    """A per-thread buffer of ``nbytes`` (reused: allocated once per thread and size class),
+    for chunks whose selected part is copied out after decoding."""
+    buffer: np.ndarray[tuple[int], np.dtype[np.uint8]] | None = getattr(_local, "buffer", None)
+    if buffer is None or buffer.size < nbytes:
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        _local.buffer = buffer
+    return buffer[:nbytes]
+
+
+def decode_into(
+    record: bytes, dest: np.ndarray[tuple[int], np.dtype[np.uint8]], *, compressed: bool, key: str, where: str
+) -> None:
+    """Decodes a chunk record into ``dest`` (a contiguous byte view of exactly the chunk's
+    size): Blosc decompresses straight into it; raw records are copied once."""
+    if not compressed:
+        if len(record) != dest.size:
+            raise ValueError(f"{where}: chunk record {key!r} has {len(record)} bytes, expected {dest.size}")
+        dest[:] = np.frombuffer(record, dtype=np.uint8)
+        return
+    try:
+        nbytes = numcodecs.blosc._cbuffer_sizes(record)[0]
+    except Exception as error:
+        raise ValueError(f"{where}: chunk record {key!r} is no Blosc stream ({error})") from error
+    if nbytes != dest.size:
+        raise ValueError(f"{where}: chunk record {key!r} decompresses to {nbytes} bytes, expected {dest.size}")
+    try:
+        numcodecs.blosc.decompress(record, dest)
+    except Exception as error:
+        raise ValueError(f"{where}: chunk record {key!r} can't be decompressed ({error})") from error
