@@ -108,7 +108,9 @@ def plan_read(array: ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan
     selection (zarr-python's errors for invalid selections)."""
     kind = selection_kind(array, selection)
     if kind == "fancy":
-        return "coordinate or mask selection"
+        if array.ndim != 1:
+            return "coordinate or mask selection"
+        kind = "orthogonal"  # in one dimension, coordinates and masks select orthogonally
     shape, projections, drop_axes = chunk_projections(array, selection, kind)
     records = layout.archive.records
     tasks = []

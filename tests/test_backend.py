@@ -1,0 +1,344 @@
+"""The fast read backend: equality with zarr-python, the path taken, remote concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+import zarr.storage
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from upath import UPath
+
+from ncore_like import Array, BloscCompression, IndexedTarArchive, IndexedTarZarrStore, ZarrStoreAdapter
+from ncore_like.backend import Backend
+from tests.support.servers import max_in_flight, start_http
+
+
+def write(path: Path | UPath, build: Any, zarr_format: int = 2) -> None:
+    with IndexedTarZarrStore(path, mode="w") as store:
+        build(store.create_root_group({}, zarr_format=zarr_format))
+        store.consolidate()
+
+
+def open_array(path: Path | UPath, name: str, backend: Backend | None = None) -> Array:
+    return Array(IndexedTarZarrStore(path).open_root_group().array(name).zarr, backend=backend or Backend())
+
+
+# -- equality with zarr-python -------------------------------------------------------------
+
+
+def selections(shape: tuple[int, ...]) -> st.SearchStrategy[Any]:
+    basic = hnp.basic_indices(shape, min_dims=0, allow_newaxis=False, allow_ellipsis=True)
+
+    def positive_steps(selection: Any) -> bool:
+        items = selection if isinstance(selection, tuple) else (selection,)
+        return all(not isinstance(item, slice) or item.step is None or item.step > 0 for item in items)
+
+    strategies = [basic.filter(positive_steps)]
+    if shape and all(size > 0 for size in shape):
+        # Orthogonal: an increasing integer index list on one axis.
+        def orthogonal(draw_axis: int, indices: list[int]) -> tuple[Any, ...]:
+            return tuple(sorted(set(indices)) if axis == draw_axis else slice(None) for axis in range(len(shape)))
+
+        axis = st.integers(0, len(shape) - 1)
+        strategies.append(
+            axis.flatmap(
+                lambda a: st.lists(st.integers(0, shape[a] - 1), min_size=1, max_size=5).map(
+                    lambda indices: orthogonal(a, indices)
+                )
+            )
+        )
+    return st.one_of(*strategies)
+
+
+@st.composite
+def read_cases(draw: st.DrawFn) -> dict[str, Any]:
+    dtype = draw(st.sampled_from([np.uint8, np.int16, np.int32, np.float32, np.float64, np.bool_, np.complex64]))
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=12))
+    chunks = tuple(draw(st.integers(1, max(1, size + 2))) for size in shape)
+    data = draw(hnp.arrays(dtype, shape, elements=None if dtype is np.bool_ else {"allow_nan": False}))
+    grid = [range(-(-size // chunk)) for size, chunk in zip(shape, chunks, strict=True)]
+    coords = [tuple(c) for c in np.ndindex(*[len(g) for g in grid])] if shape else [()]
+    stored = draw(st.lists(st.sampled_from(coords), unique=True)) if coords else []
+    return {
+        "data": data,
+        "chunks": chunks,
+        "stored": stored,  # chunks not listed are missing: they read as the fill value
+        "fill": draw(st.sampled_from([0, 7])),
+        "compression": draw(st.sampled_from([None, BloscCompression(), BloscCompression("zstd", 1, "shuffle")])),
+        "zarr_format": draw(st.sampled_from([2, 3])),
+        "selection": draw(selections(shape)),
+        "with_out": draw(st.booleans()),
+    }
+
+
+def build_sparse(case: dict[str, Any]) -> Any:
+    def build(root: Any) -> None:
+        data, chunks = case["data"], case["chunks"]
+        array = root.create_empty_array(
+            "x",
+            shape=data.shape,
+            dtype=data.dtype,
+            chunks=chunks,
+            compression=case["compression"],
+            fill_value=case["fill"],
+        )
+        for coords in case["stored"]:
+            region = tuple(
+                slice(c * n, min((c + 1) * n, s)) for c, n, s in zip(coords, chunks, data.shape, strict=True)
+            )
+            array.write(region, data[region])
+
+    return build
+
+
+def check_against_zarr(array: Array, selection: Any, with_out: bool) -> None:
+    expected = np.asarray(array.zarr[selection])
+    if with_out:
+        out = np.full(expected.shape, 1, dtype=array.dtype)
+        result = array.read(selection, out=out)
+        assert result is out
+    else:
+        result = array.read(selection)
+    assert result.shape == expected.shape and result.dtype == expected.dtype
+    np.testing.assert_array_equal(result, expected)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=read_cases())
+def test_fast_path_equals_zarr_python(tmp_path_factory: pytest.TempPathFactory, case: dict[str, Any]) -> None:
+    path = tmp_path_factory.mktemp("fast") / "a.itar"
+    write(path, build_sparse(case), case["zarr_format"])
+    backend = Backend(inline_bytes=0)  # exercise the worker threads even for tiny reads
+    array = open_array(path, "x", backend)
+    check_against_zarr(array, case["selection"], case["with_out"])
+    assert set(backend.stats) <= {"fast", "view"}, backend.stats
+
+
+@pytest.mark.s3
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=read_cases())
+def test_fast_path_equals_zarr_python_on_s3(s3_bucket: UPath, case: dict[str, Any]) -> None:
+    path = s3_bucket / f"{np.random.default_rng().integers(1 << 30)}.itar"
+    write(path, build_sparse(case), case["zarr_format"])
+    backend = Backend()
+    array = open_array(path, "x", backend)
+    check_against_zarr(array, case["selection"], case["with_out"])
+    assert set(backend.stats) <= {"fast", "view"}, backend.stats
+
+
+async def test_read_async_equals_zarr_python(tmp_path: Path) -> None:
+    data = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
+    write(tmp_path / "a.itar", lambda root: root.create_array("x", data, chunks=(7, 11)))
+    array = open_array(tmp_path / "a.itar", "x")
+    selections = [np.s_[...], np.s_[3:17, 5], np.s_[-5:, -20:-3], np.s_[9:9], np.s_[[1, 5, 30], 2:8]]
+    results = await asyncio.gather(*(array.read_async(selection) for selection in selections))
+    for selection, result in zip(selections, results, strict=True):
+        np.testing.assert_array_equal(result, np.asarray(array.zarr[selection]))
+
+
+# -- the path taken ------------------------------------------------------------------------
+
+
+def test_fast_path_is_taken_and_zarr_codecs_are_not_called(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    write(tmp_path / "a.itar", lambda root: root.create_array("x", data, chunks=(16, 16)))
+    backend = Backend()
+    array = open_array(tmp_path / "a.itar", "x", backend)
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("zarr-python's codec pipeline was used")
+
+    monkeypatch.setattr(zarr.core.codec_pipeline.BatchedCodecPipeline, "read", forbidden)
+    np.testing.assert_array_equal(array.read(), data)
+    np.testing.assert_array_equal(array.read((slice(3, 40), 7)), data[3:40, 7])
+    assert backend.stats == {"fast": 2}
+
+
+def test_single_raw_chunk_reads_are_views(tmp_path: Path) -> None:
+    frame = np.arange(100 * 100, dtype=np.uint16).reshape(100, 100)
+    write(tmp_path / "a.itar", lambda root: root.create_array("x", frame, compression=None))
+    backend = Backend()
+    array = open_array(tmp_path / "a.itar", "x", backend)
+    view = array.read()
+    base: Any = view
+    while isinstance(base, np.ndarray):
+        assert not base.flags.owndata
+        base = base.base
+    assert isinstance(base, bytes)  # the record itself
+    np.testing.assert_array_equal(view, frame)
+    assert backend.stats == {"view": 1}
+
+
+def fallback_cases() -> list[tuple[str, Any, str, Any]]:
+    data = np.arange(60, dtype=np.int32).reshape(6, 10)
+
+    def v2(**kwargs: Any) -> Any:
+        def build(root: Any) -> None:
+            root.zarr.create_array("x", shape=data.shape, chunks=(4, 4), dtype=data.dtype, **kwargs)[...] = data
+
+        return build
+
+    return [
+        ("other codec", v2(compressors=numcodecs.Zstd()), "codecs other than one Blosc", np.s_[1:5, 2:9]),
+        ("filters", v2(filters=[numcodecs.Delta(dtype="i4")], compressors=None), "filters", np.s_[...]),
+        ("fortran order", v2(order="F", compressors=None), "Fortran", np.s_[2, :]),
+        ("coordinate selection", v2(compressors=None), "coordinate or mask", (np.array([0, 5]), np.array([1, 9]))),
+        ("mask selection", v2(compressors=None), "coordinate or mask", data > 30),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "build", "reason", "selection"), fallback_cases(), ids=[c[0] for c in fallback_cases()]
+)
+def test_fallbacks_give_zarr_pythons_result(tmp_path: Path, name: str, build: Any, reason: str, selection: Any) -> None:
+    write(tmp_path / "a.itar", build)
+    backend = Backend()
+    array = open_array(tmp_path / "a.itar", "x", backend)
+    np.testing.assert_array_equal(array.read(selection), np.asarray(array.zarr[selection]))
+    assert len(backend.stats) == 1
+    assert reason in next(iter(backend.stats))
+
+
+def test_fallback_for_v3_sharding_and_transpose(tmp_path: Path) -> None:
+    data = np.arange(64, dtype=np.float64).reshape(8, 8)
+
+    def build(root: Any) -> None:
+        root.zarr.create_array("sharded", shape=(8, 8), chunks=(2, 2), shards=(4, 4), dtype="f8")[...] = data
+        root.zarr.create_array(
+            "t", shape=(8, 8), chunks=(4, 4), dtype="f8", filters=[zarr.codecs.TransposeCodec(order=(1, 0))]
+        )[...] = data
+
+    write(tmp_path / "a.itar", build, zarr_format=3)
+    for name in ("sharded", "t"):
+        backend = Backend()
+        array = open_array(tmp_path / "a.itar", name, backend)
+        np.testing.assert_array_equal(array.read(np.s_[1:7, 3]), data[1:7, 3])
+        assert next(iter(backend.stats)) == "fallback: array-to-array codecs or sharding"
+
+
+def test_fallback_for_other_stores_and_writers(tmp_path: Path) -> None:
+    data = np.arange(10.0)
+    memory = ZarrStoreAdapter(zarr.storage.MemoryStore())
+    memory.create_root_group({}).create_array("x", data, chunks=(3,))
+    backend = Backend()
+    array = Array(memory.open_root_group(False).array("x").zarr, backend=backend)
+    np.testing.assert_array_equal(array.read(np.s_[2:8]), data[2:8])
+    assert backend.stats == {"fallback: store is not an indexed tar archive": 1}
+    with IndexedTarZarrStore(tmp_path / "w.itar", mode="w") as store:
+        written = store.create_root_group({}).create_array("x", data, chunks=(3,))
+        backend = Backend()
+        np.testing.assert_array_equal(Array(written.zarr, backend=backend).read(), data)
+        assert backend.stats == {"fallback: archive is opened for writing": 1}
+
+
+def test_fallback_for_variable_length_strings(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        write(
+            tmp_path / "a.itar",
+            lambda root: root.zarr.create_array("s", shape=(3,), dtype=str, chunks=(2,)).__setitem__(
+                Ellipsis, ["a", "bb", "ccc"]
+            ),
+            zarr_format=3,
+        )
+        backend = Backend()
+        array = open_array(tmp_path / "a.itar", "s", backend)
+        assert list(array.read()) == ["a", "bb", "ccc"]
+    assert next(iter(backend.stats)).startswith("fallback: ")
+
+
+# -- bad records ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_corrupt_chunk_records_raise_naming_the_key(tmp_path: Path, compressed: bool) -> None:
+    data = np.arange(100, dtype=np.int64)
+    write(
+        tmp_path / "a.itar",
+        lambda root: root.create_array("x", data, chunks=(50,), compression=BloscCompression() if compressed else None),
+    )
+    good = IndexedTarArchive(tmp_path / "a.itar")
+    with IndexedTarArchive(tmp_path / "bad.itar", mode="w") as bad:
+        for key in good.keys():
+            bad[key] = good[key][: len(good[key]) // 2] if key == "x/1" else good[key]
+    array = open_array(tmp_path / "bad.itar", "x")
+    with pytest.raises(ValueError, match="chunk record 'x/1'"):
+        array.read()
+    np.testing.assert_array_equal(array.read(np.s_[:50]), data[:50])
+
+
+# -- memory --------------------------------------------------------------------------------
+
+
+def test_reading_into_out_allocates_nothing_proportional_to_the_array(tmp_path: Path) -> None:
+    data = np.random.default_rng(2).standard_normal((32, 256, 256)).astype(np.float32)  # 8 MiB, 32 chunks
+    write(tmp_path / "a.itar", lambda root: root.create_array("x", data, chunks=(1, 256, 256)))
+    array = open_array(tmp_path / "a.itar", "x")
+    out = np.empty_like(data)
+    array.read(out=out)  # warm up: worker threads and their scratch buffers exist
+    tracemalloc.start()
+    try:
+        array.read(out=out)
+        array.read(np.s_[3:30, 10:200, 5], out=np.empty((27, 190), np.float32))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out, data)
+    chunk = 256 * 256 * 4
+    assert peak < 8 * chunk < out.nbytes / 3  # a few records in flight, not the array
+
+
+# -- remote --------------------------------------------------------------------------------
+
+
+@pytest.mark.http
+def test_remote_read_issues_all_chunk_requests_at_once(tmp_path: Path) -> None:
+    # 4 MiB of noise: the chunks lie before the 1 MiB tail read.
+    data = np.random.default_rng(3).standard_normal((16, 256, 256)).astype(np.float32)
+    write(tmp_path / "a.itar", lambda root: root.create_array("x", data, chunks=(1, 256, 256)))
+    with start_http(tmp_path, latency=0.2) as server:
+        array = open_array(UPath(f"{server.endpoint}/a.itar"), "x")
+        server.clear_requests()
+        out = np.empty_like(data)
+        array.read(out=out)
+        logged = server.requests()
+    np.testing.assert_array_equal(out, data)
+    gets = [r for r in logged if r["method"] == "GET"]
+    assert 12 <= len(gets) <= 16 and all(r["range"] for r in gets)
+    assert max_in_flight(gets) >= len(gets) - 2  # concurrent, never one request per chunk in sequence
+
+
+@pytest.mark.http
+def test_gathered_remote_read_async_overlap(tmp_path: Path) -> None:
+    frames = [np.full((32, 32), i, np.uint8) for i in range(10)]
+
+    def build(root: Any) -> None:
+        for i, frame in enumerate(frames):
+            root.create_array(f"f{i}", frame, compression=BloscCompression())
+
+    write(tmp_path / "a.itar", build)
+    with start_http(tmp_path, latency=0.2) as server:
+        group = IndexedTarZarrStore(UPath(f"{server.endpoint}/a.itar")).open_root_group()
+        arrays = [group.array(f"f{i}") for i in range(10)]
+        server.clear_requests()
+
+        async def main() -> list[np.ndarray]:
+            return list(await asyncio.gather(*(array.read_async() for array in arrays)))
+
+        results = asyncio.run(main())
+        logged = server.requests()
+    for result, frame in zip(results, frames, strict=True):
+        np.testing.assert_array_equal(result, frame)
+    # Small frames may lie in the tail read (no request at all); the rest overlap.
+    gets = [r for r in logged if r["method"] == "GET"]
+    assert len(gets) <= 10 and (not gets or max_in_flight(gets) >= len(gets) - 1)
