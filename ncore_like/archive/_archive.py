@@ -163,6 +163,7 @@ class IndexedTarArchive:
         self._tail: bytes | None = None
         self._tail_start = 0
         self._file_size = 0
+        self._index_record: Record | None = None
         self._prefetched: dict[str, bytes] = {}
         # Writing: node metadata records, held until close.
         self._writer = None
@@ -190,6 +191,7 @@ class IndexedTarArchive:
                 f"end of the {file_size}-byte file (truncated?)"
             )
         self._file_size = file_size
+        self._index_record = Record(header.offset, header.size)
         self._tail = tail
         self._tail_start = file_size - len(tail)
         assert self._source is not None
@@ -275,6 +277,22 @@ class IndexedTarArchive:
     def remote_range_reads(self) -> bool:
         """True if synchronous reads of remote archives use exact range requests."""
         return self._remote_range_reads
+
+    @property
+    def file_size(self) -> int:
+        """Size of the archive file in bytes (archives opened for reading; while writing, the
+        bytes written so far)."""
+        return self._writer.position if self._writer is not None else self._file_size
+
+    @property
+    def index_record(self) -> Record | None:
+        """Offset and size of the compressed index in the file (None while writing)."""
+        return self._index_record
+
+    @property
+    def tail_size(self) -> int:
+        """Bytes of the tail read held in memory (0 once released)."""
+        return len(self._tail) if self._tail is not None else 0
 
     @property
     def closed(self) -> bool:
@@ -547,6 +565,7 @@ class IndexedTarArchive:
             "remote_range_reads": self._remote_range_reads,
             "is_remote": self._is_remote,
             "file_size": self._file_size,
+            "index_record": self._index_record,
             "index": (self._keys, self._offsets, self._sizes),
         }
 
@@ -555,6 +574,7 @@ class IndexedTarArchive:
         self._init_state(upath, "r", state["index_tail_read_size"], state["remote_range_reads"])
         self._is_remote = state["is_remote"]
         self._file_size = state["file_size"]
+        self._index_record = state["index_record"]
         self._set_index(Index(*state["index"]))
 
     def __repr__(self) -> str:
