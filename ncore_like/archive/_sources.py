@@ -35,6 +35,9 @@ __all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "LocalSource", "RecordSource"]
 #: records share requests. (s3fs's default read-ahead of 5 MiB blocks moves ~47x the bytes
 #: of a random 800 KB read.)
 BUFFERED_BLOCK_SIZE = 128 * 1024
+#: Local reads up to this size run on the event loop's thread in ``read_async``: a
+#: positional read of a few pages takes microseconds, a hand-off to a worker much longer.
+INLINE_READ_BYTES = 64 * 1024
 _USER_BUFFER_OPTIONS = ("default_block_size", "default_cache_type", "block_size", "cache_type")
 
 
@@ -122,6 +125,8 @@ class LocalSource:
         return data + rest
 
     async def read_async(self, offset: int, size: int) -> bytes:
+        if size <= INLINE_READ_BYTES:
+            return self.read(offset, size)  # microseconds: cheaper than a worker hand-off
         return await run_in_worker(self.read, offset, size)
 
     def read_into(self, offset: int, buffer: memoryview) -> None:

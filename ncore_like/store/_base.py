@@ -26,7 +26,7 @@ from ._zarr_compat import (
 )
 
 if TYPE_CHECKING:
-    import zarr
+    from zarr import Group as ZarrGroup
 
     from ..nodes import Group
 
@@ -141,12 +141,16 @@ class Store(ABC):
                     f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
                     f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
                 )
-            group: zarr.Group = open_group(self._reading_store())
+            group: ZarrGroup = open_group(self._reading_store())
         else:
             zarr_format, data = record
-            root, members = zarr_nodes(decode_consolidated(data, zarr_format, self.name), zarr_format, self.name)
-            group = group_from_node_metadata(self._reading_store(), root, members)
+            group = self._open_consolidated(decode_consolidated(data, zarr_format, self.name), zarr_format)
         return Group(group, store=self)
+
+    def _open_consolidated(self, metadata: dict[str, Any], zarr_format: ZarrFormat) -> ZarrGroup:
+        """The root group built from decoded consolidated metadata, without store I/O."""
+        root, members = zarr_nodes(metadata, zarr_format, self.name)
+        return group_from_node_metadata(self._reading_store(), root, members)
 
     def consolidate(self) -> None:
         """Stores the consolidated metadata of the hierarchy (after all nodes were written):

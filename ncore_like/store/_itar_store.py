@@ -6,10 +6,12 @@ from pathlib import PurePath
 from typing import Any, Literal
 
 from upath import UPath
+from zarr import Group as ZarrGroup
 
 from ..archive import IndexedTarArchive, IndexTailRetention
 from ._base import Store
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, zarr_nodes
+from ._zarr_compat import open_group
 from ._zarr_store import ItarZarrStore
 
 __all__ = ["IndexedTarZarrStore"]
@@ -85,6 +87,13 @@ class IndexedTarZarrStore(Store):
         """Releases the archive's tail read as per ``retention`` after the hierarchy was
         opened, see :meth:`IndexedTarArchive.release_index_tail`."""
         self._archive.release_index_tail(retention, consolidated=consolidated)
+
+    def _open_consolidated(self, metadata: dict[str, Any], zarr_format: Literal[2, 3]) -> ZarrGroup:
+        # zarr-python would parse the metadata of every node of the hierarchy when handed
+        # consolidated metadata; serving the node metadata from the decoded record instead
+        # parses only the nodes that are opened, and still reads no metadata record.
+        zarr_nodes(metadata, zarr_format, self.name)  # the same checks as the generic path
+        return open_group(ItarZarrStore(self._archive, read_only=True, node_metadata=metadata))
 
     # Records are read straight from the archive: no hop through zarr's event loop.
     def _read_record(self, key: str) -> bytes | None:

@@ -9,7 +9,8 @@ deletes chunks equal to the fill value); deleting a written record is an error.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import PurePath
 from typing import Any
 
@@ -34,6 +35,10 @@ __all__ = ["ItarZarrStore"]
 class ItarZarrStore(ZarrStore):
     """A zarr-python 3 store of the records of an indexed tar archive.
 
+    With ``node_metadata`` (the decoded node metadata records by key, e.g. of a consolidated
+    metadata record), node metadata is served from it, and only from it: zarr-python then
+    opens a hierarchy without reading metadata records, and parses only the nodes it opens.
+
     Args:
         itar: An open archive (used as is, and not closed by this store) or its location
             (opened for reading if ``read_only``, else created, truncating any file there).
@@ -41,6 +46,7 @@ class ItarZarrStore(ZarrStore):
             for a location).
         index_tail_read_size, remote_range_reads: Options for opening a location (see
             :class:`IndexedTarArchive`).
+        node_metadata: Node metadata served instead of the archive's metadata records.
     """
 
     supports_writes = True
@@ -54,6 +60,7 @@ class ItarZarrStore(ZarrStore):
         read_only: bool | None = None,
         index_tail_read_size: int | None = 1 << 20,
         remote_range_reads: bool = False,
+        node_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(itar, IndexedTarArchive):
             archive, owned = itar, False
@@ -72,6 +79,7 @@ class ItarZarrStore(ZarrStore):
         super().__init__(read_only=read_only)
         self._archive = archive
         self._owns_archive = owned
+        self._node_metadata = node_metadata
 
     @property
     def archive(self) -> IndexedTarArchive:
@@ -103,11 +111,24 @@ class ItarZarrStore(ZarrStore):
 
     def __getstate__(self) -> dict[str, Any]:
         # Only readers pickle (the archive refuses writers), by location, options and index.
-        return {"archive": self._archive, "read_only": self.read_only}
+        return {"archive": self._archive, "read_only": self.read_only, "node_metadata": self._node_metadata}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["archive"], read_only=state["read_only"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["archive"], read_only=state["read_only"], node_metadata=state["node_metadata"]
+        )
         self._owns_archive = True
+
+    _NOT_OVERLAID = object()
+
+    def _overlaid(self, key: str) -> Any:
+        """The node metadata (JSON bytes, or None if missing) of ``key`` when served from
+        ``node_metadata``; ``_NOT_OVERLAID`` for keys the archive serves."""
+        metadata = self._node_metadata
+        if metadata is None or not is_node_metadata_key(key) or key in (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3):
+            return self._NOT_OVERLAID
+        value = metadata.get(key)
+        return None if value is None else json.dumps(value).encode()
 
     def close(self) -> None:
         """Closes the store, and the archive if the store opened it (finishing a write)."""
@@ -118,6 +139,11 @@ class ItarZarrStore(ZarrStore):
     # -- reading (async and sync twins) ------------------------------------------------
 
     def _size(self, key: str) -> int:
+        overlaid = self._overlaid(key)
+        if overlaid is not self._NOT_OVERLAID:
+            if overlaid is None:
+                raise FileNotFoundError(f"{self._archive.itar_upath}: no record {key!r}")
+            return len(overlaid)
         record = self._archive.records.get(key)
         if record is not None:
             return record.size
@@ -125,6 +151,12 @@ class ItarZarrStore(ZarrStore):
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         archive = self._archive
+        overlaid = self._overlaid(key)
+        if overlaid is not self._NOT_OVERLAID:
+            if overlaid is None:
+                return None
+            start, stop = byte_range_bounds(byte_range, len(overlaid))
+            return prototype.buffer.from_bytes(overlaid[start:stop])
         if key not in archive:
             return None
         if byte_range is None:
@@ -138,6 +170,12 @@ class ItarZarrStore(ZarrStore):
         self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         archive = self._archive
+        overlaid = self._overlaid(key)
+        if overlaid is not self._NOT_OVERLAID:
+            if overlaid is None:
+                return None
+            start, stop = byte_range_bounds(byte_range, len(overlaid))
+            return (prototype or default_buffer_prototype()).buffer.from_bytes(overlaid[start:stop])
         if key not in archive:
             return None
         if byte_range is None:
@@ -153,10 +191,13 @@ class ItarZarrStore(ZarrStore):
         return list(await asyncio.gather(*(self.get(key, prototype, request) for key, request in key_ranges)))
 
     async def exists(self, key: str) -> bool:
+        overlaid = self._overlaid(key)
+        if overlaid is not self._NOT_OVERLAID:
+            return overlaid is not None
         return key in self._archive
 
     async def getsize(self, key: str) -> int:
-        if key not in self._archive:
+        if self._overlaid(key) is self._NOT_OVERLAID and key not in self._archive:
             raise FileNotFoundError(f"{self._archive.itar_upath}: no record {key!r}")
         return self._size(key)
 
