@@ -1,0 +1,29 @@
+"""The main job (the demo) runs end to end in a reduced size and leaves a valid archive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncore_like import IndexedTarZarrStore
+from ncore_like.demo import main
+
+
+def test_demo_writes_and_reads_a_sequence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--frames", "12", "--points", "2000", "--slab", "4", "--reads", "10", "--dir", str(tmp_path)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    for expected in ("writing a synthetic sequence", "random frames", "lidar", "gathered", "cameras"):
+        assert expected in printed
+    root = IndexedTarZarrStore(tmp_path / "sequence.itar").open_root_group()
+    assert root.attributes["frames"] == 12
+    assert [name for name, _ in root.group("cameras").groups()] == ["front", "rear"]
+    frame = root.array("cameras/front/00003").read_bytes()
+    assert frame.startswith(b"\xff\xd8") and frame.endswith(b"\xff\xd9")
+    slabs = [root.array(f"lidar/slab_{i:03d}") for i in range(3)]
+    assert [slab.shape for slab in slabs] == [(4, 2000, 4)] * 3
+    points = np.concatenate([slab.read() for slab in slabs])
+    np.testing.assert_array_equal(points[5], np.asarray(slabs[1].zarr[1]))
+    assert root.array("timestamps_us").read().shape == (12,)
