@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -92,28 +91,30 @@ class Backend:
         kind = selection_kind(array, selection)
         return kind, selection_shape(array, selection, kind)
 
-    def _prepare(
-        self, array: ZarrArray, selection: Any, out: NDArray | None
-    ) -> tuple[ChunkLayout, ReadPlan, NDArray] | NDArray | str:
-        """The fast path's layout, plan and output; the result itself for complete reads that
-        are views of a record; or why the fast path doesn't apply."""
-        layout = chunk_layout(array)
+    def _fast(
+        self, array: ZarrArray, selection: Any, memo: dict[str, Any] | None
+    ) -> tuple[ChunkLayout, ReadPlan] | str:
+        """The fast path's layout and plan (memoised per array: an archive opened for reading
+        doesn't change), or why the fast path doesn't apply."""
+        memo = {} if memo is None else memo
+        layout = memo.get("layout")
+        if layout is None:
+            layout = memo["layout"] = chunk_layout(array)
         if isinstance(layout, str):
             return layout
-        plan = plan_read(array, layout, selection)
+        if selection is Ellipsis:
+            plan = memo.get("plan")
+            if plan is None:
+                plan = memo["plan"] = plan_read(array, layout, selection)
+        else:
+            plan = plan_read(array, layout, selection)
         if isinstance(plan, str):
             return plan
-        if out is None:
-            view = self._record_view(array, layout, plan)
-            if view is not None:
-                self._count("view")
-                return view
-            out = np.empty(plan.shape, dtype=np.dtype(array.dtype))
-        self._count("fast")
-        return layout, plan, out
+        return layout, plan
 
-    def _record_view(self, array: ZarrArray, layout: ChunkLayout, plan: ReadPlan) -> NDArray | None:
-        """A complete read of an array stored as one raw chunk is a view of its record."""
+    @staticmethod
+    def _view_task(array: ZarrArray, layout: ChunkLayout, plan: ReadPlan) -> ChunkTask | None:
+        """The record whose bytes are the whole result (one raw chunk read completely)."""
         if layout.compressed or len(plan.tasks) != 1 or plan.shape != tuple(array.shape):
             return None
         task = plan.tasks[0]
@@ -121,7 +122,10 @@ class Backend:
             return None
         if layout.stored_dtype != np.dtype(array.dtype) or layout.chunk_shape != plan.shape:
             return None
-        record = layout.archive.read(task.key)
+        return task
+
+    @staticmethod
+    def _view(record: bytes, layout: ChunkLayout, plan: ReadPlan) -> NDArray:
         return np.frombuffer(record, dtype=layout.stored_dtype).reshape(plan.shape)
 
     # -- one chunk (runs on worker threads) ----------------------------------------------
@@ -221,51 +225,62 @@ class Backend:
     def _fallback(self, reason: str) -> None:
         self._count(f"fallback: {reason}")
 
-    def read(self, array: ZarrArray, selection: Any = Ellipsis, out: NDArray | None = None) -> NDArray:
-        """The values of ``array[selection]``, in ``out`` if given (validated by the caller)."""
-        prepared = self._prepare(array, selection, out)
-        if isinstance(prepared, str):
-            self._fallback(prepared)
-            return read_selection(array, selection, selection_kind(array, selection), out)
-        if isinstance(prepared, np.ndarray):
-            return prepared
-        layout, plan, target = prepared
-        if layout.archive.is_remote:
-            run_on_io_loop(self._run_async(layout, plan, target))
-        else:
-            self._run_local(layout, plan, target)
-        return target
+    def read(
+        self,
+        array: ZarrArray,
+        selection: Any = Ellipsis,
+        out: NDArray | None = None,
+        *,
+        memo: dict[str, Any] | None = None,
+    ) -> NDArray:
+        """The values of ``array[selection]``, in ``out`` if given (validated by the caller).
 
-    async def read_async(self, array: ZarrArray, selection: Any = Ellipsis, out: NDArray | None = None) -> NDArray:
+        ``memo`` is a dictionary the caller keeps per array (e.g. :class:`~ncore_like.Array`
+        does): the backend keeps what it learnt about the array there between reads.
+        """
+        fast = self._fast(array, selection, memo)
+        if isinstance(fast, str):
+            self._count(f"fallback: {fast}")
+            return read_selection(array, selection, selection_kind(array, selection), out)
+        layout, plan = fast
+        if out is None:
+            task = self._view_task(array, layout, plan)
+            if task is not None:
+                self._count("view")
+                return self._view(layout.archive.read(task.key), layout, plan)
+            out = np.empty(plan.shape, dtype=np.dtype(array.dtype))
+        self._count("fast")
+        if layout.archive.is_remote:
+            run_on_io_loop(self._run_async(layout, plan, out))
+        else:
+            self._run_local(layout, plan, out)
+        return out
+
+    async def read_async(
+        self,
+        array: ZarrArray,
+        selection: Any = Ellipsis,
+        out: NDArray | None = None,
+        *,
+        memo: dict[str, Any] | None = None,
+    ) -> NDArray:
         """:meth:`read` without blocking the running loop: remote requests are awaited,
         decoding runs on worker threads, so gathered reads overlap both."""
-        prepared = await run_in_worker(self._prepare, array, selection, out)
-        if isinstance(prepared, str):
-            self._fallback(prepared)
+        fast = self._fast(array, selection, memo)  # planning only: no I/O
+        if isinstance(fast, str):
+            self._count(f"fallback: {fast}")
             kind = selection_kind(array, selection)
             return await run_in_worker(read_selection, array, selection, kind, out)
-        if isinstance(prepared, np.ndarray):
-            return prepared
-        layout, plan, target = prepared
-        await self._run_async(layout, plan, target)
-        return target
-
-    def blob(self, array: ZarrArray) -> bytes:
-        """The bytes of a blob array (0-d fixed bytes, or 1-d uint8): its record itself if
-        stored as one raw chunk, one copy otherwise. TypeError for other arrays."""
-        self._check_blob(array)
-        record = self._blob_record(array)
-        return record if record is not None else self.read(array).tobytes()
-
-    async def blob_async(self, array: ZarrArray) -> bytes:
-        """:meth:`blob` without blocking the running loop."""
-        self._check_blob(array)
-        layout = chunk_layout(array)
-        if isinstance(layout, ChunkLayout) and not layout.compressed and layout.chunk_shape == tuple(array.shape):
-            plan = plan_read(array, layout, Ellipsis)
-            if isinstance(plan, ReadPlan) and plan.tasks[0].stored and plan.tasks[0].size == layout.chunk_nbytes:
-                return await layout.archive.read_async(plan.tasks[0].key)
-        return (await self.read_async(array)).tobytes()
+        layout, plan = fast
+        if out is None:
+            task = self._view_task(array, layout, plan)
+            if task is not None:
+                self._count("view")
+                return self._view(await layout.archive.read_async(task.key), layout, plan)
+            out = np.empty(plan.shape, dtype=np.dtype(array.dtype))
+        self._count("fast")
+        await self._run_async(layout, plan, out)
+        return out
 
     @staticmethod
     def _check_blob(array: ZarrArray) -> None:
@@ -273,17 +288,28 @@ class Backend:
         if not ((array.ndim == 0 and dtype.kind == "S") or (array.ndim == 1 and dtype == np.uint8)):
             raise TypeError(f"array {array.path!r} of dtype {dtype} and shape {array.shape} is no binary blob")
 
-    def _blob_record(self, array: ZarrArray) -> bytes | None:
-        layout = chunk_layout(array)
-        if isinstance(layout, str) or layout.compressed or layout.chunk_shape != tuple(array.shape):
+    def _blob_task(self, array: ZarrArray, memo: dict[str, Any] | None) -> tuple[ChunkLayout, ChunkTask] | None:
+        self._check_blob(array)
+        fast = self._fast(array, Ellipsis, memo)
+        if isinstance(fast, str):
             return None
-        plan = plan_read(array, layout, Ellipsis)
-        if isinstance(plan, str) or math.prod(array.shape) == 0:
-            return None
-        task = plan.tasks[0]
-        if not task.stored or task.size != layout.chunk_nbytes:
-            return None
-        return layout.archive.read(task.key)
+        task = self._view_task(array, *fast)
+        return None if task is None else (fast[0], task)
+
+    def blob(self, array: ZarrArray, *, memo: dict[str, Any] | None = None) -> bytes:
+        """The bytes of a blob array (0-d fixed bytes, or 1-d uint8): its record itself if
+        stored as one raw chunk, one copy otherwise. TypeError for other arrays."""
+        found = self._blob_task(array, memo)
+        if found is not None:
+            return found[0].archive.read(found[1].key)
+        return self.read(array, memo=memo).tobytes()
+
+    async def blob_async(self, array: ZarrArray, *, memo: dict[str, Any] | None = None) -> bytes:
+        """:meth:`blob` without blocking the running loop."""
+        found = self._blob_task(array, memo)
+        if found is not None:
+            return await found[0].archive.read_async(found[1].key)
+        return (await self.read_async(array, memo=memo)).tobytes()
 
 
 _DEFAULT = Backend()

@@ -41,6 +41,7 @@ class Array(Node[ZarrArray]):
     def __init__(self, array: ZarrArray, backend: Backend | None = None) -> None:
         super().__init__(array)
         self._backend = backend or default_backend()
+        self._memo: dict[str, Any] = {}  # what the backend learnt about this array
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -113,22 +114,22 @@ class Array(Node[ZarrArray]):
         returned itself (still writeable, of its own type, e.g. ``numpy.memmap``).
         """
         self._prepare(selection, out)
-        return self._finish(self._backend.read(self._node, selection, out), out)
+        return self._finish(self._backend.read(self._node, selection, out, memo=self._memo), out)
 
     async def read_async(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:
         """:meth:`read` without blocking the running event loop; concurrent reads (e.g. with
         ``asyncio.gather``) overlap their I/O and decoding."""
         self._prepare(selection, out)
-        return self._finish(await self._backend.read_async(self._node, selection, out), out)
+        return self._finish(await self._backend.read_async(self._node, selection, out, memo=self._memo), out)
 
     def read_bytes(self) -> bytes:
         """The blob stored by :meth:`Group.create_bytes_array`: its record itself when stored
         as one uncompressed chunk, one copy otherwise. TypeError for arrays that are no blob."""
-        return self._backend.blob(self._node)
+        return self._backend.blob(self._node, memo=self._memo)
 
     async def read_bytes_async(self) -> bytes:
         """:meth:`read_bytes` without blocking the running event loop."""
-        return await self._backend.blob_async(self._node)
+        return await self._backend.blob_async(self._node, memo=self._memo)
 
     # -- writing -------------------------------------------------------------------------
 

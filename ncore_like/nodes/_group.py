@@ -11,7 +11,7 @@ import numpy.typing as npt
 import zarr
 
 from ..errors import RecordExistsError
-from ..store._zarr_compat import ZarrArray, chunk_key, create_array_node, record_exists, write_record
+from ..store._zarr_compat import ZarrArray, chunk_key, create_array_node, open_member, record_exists, write_record
 from ._array import Array
 from ._cache import NodeCache
 from ._compression import BloscCompression
@@ -85,11 +85,8 @@ class Group(Node[zarr.Group]):
         return Array(node)
 
     def _open(self, path: str) -> Group | Array | None:
-        try:
-            node = self._node[path]
-        except KeyError:
-            return None
-        return self._wrap(node)
+        node = open_member(self._node, path)
+        return None if node is None else self._wrap(node)
 
     def get(self, path: str) -> Group | Array | None:
         """The (nested) member group or array at ``path``, None if there is none."""

@@ -279,3 +279,48 @@ def chunk_projections(
     indexer_class = BasicIndexer if kind == "basic" else OrthogonalIndexer
     indexer = indexer_class(selection, array.shape, array.metadata.chunk_grid)
     return tuple(indexer.shape), list(indexer), tuple(getattr(indexer, "drop_axes", ()) or ())
+
+
+def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
+    """The member at ``path`` (nested paths too) of ``group``, None if there is none.
+
+    Stores that read synchronously (``get_sync``, e.g. archives) are read directly and the
+    node built from its metadata, without a round trip through zarr-python's event-loop
+    thread (which costs a few hundred microseconds per member); others go through zarr.
+    """
+    import json
+
+    from zarr.core.array import AsyncArray, parse_array_metadata
+
+    store = group.store
+    get_sync = getattr(store, "get_sync", None)
+    if get_sync is None:
+        try:
+            return group[path]
+        except KeyError:
+            return None
+    full = f"{group.path}/{path}" if group.path else path
+
+    def load(name: str) -> Any:
+        buffer = get_sync(f"{full}/{name}")
+        return None if buffer is None else json.loads(buffer.to_bytes())
+
+    store_path = StorePath(store, full)
+    if group.metadata.zarr_format == 3:
+        node = load("zarr.json")
+        if node is None:
+            return None
+        if node.get("node_type") == "array":
+            return zarr.Array(AsyncArray(metadata=parse_array_metadata(node), store_path=store_path))
+        return zarr.Group(AsyncGroup.from_dict(store_path, node))
+    zarray: Any = load(".zarray")
+    zgroup: Any = None
+    if zarray is None:
+        zgroup = load(".zgroup")
+        if zgroup is None:
+            return None
+    attributes = load(".zattrs") or {}
+    if zarray is not None:
+        metadata = parse_array_metadata({**zarray, "attributes": attributes})
+        return zarr.Array(AsyncArray(metadata=metadata, store_path=store_path))
+    return zarr.Group(AsyncGroup.from_dict(store_path, {**zgroup, "attributes": attributes}))
