@@ -15,7 +15,7 @@ def test_demo_writes_and_reads_a_sequence(tmp_path: Path, capsys: pytest.Capture
     args = ["--frames", "12", "--points", "2000", "--slab", "4", "--reads", "10", "--dir", str(tmp_path)]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    for expected in ("writing a synthetic sequence", "random frames", "lidar", "gathered", "cameras"):
+    for expected in ("writing a synthetic sequence", "random frames", "lidar", "asyncio.gather", "cameras"):
         assert expected in printed
     root = IndexedTarZarrStore(tmp_path / "sequence.itar").open_root_group()
     assert root.attributes["frames"] == 12

@@ -1,0 +1,83 @@
+"""The ``ncore-like`` command line: inspect, extract, pack and verify indexed tar archives.
+
+Run ``ncore-like --help`` (or ``python -m ncore_like --help``) for the commands, and
+``ncore-like COMMAND --help`` for each. Exit codes: 0 success, 1 failure or problems found
+(reported as ``ncore-like: error: <message>`` on stderr), 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from . import _cat, _extract, _info, _ls, _pack, _tree, _verify
+from ._common import EXPECTED_ERRORS, CommandError, describe_error, storage_option_parser
+from ._tree import render_tree
+
+__all__ = ["build_parser", "main", "render_tree"]
+
+PROG = "ncore-like"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of all commands."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Inspect, extract, pack and verify indexed tar archives (.itar) of zarr hierarchies. "
+        "Archives and sources are local paths or URLs of any fsspec filesystem (s3://, http(s)://, "
+        "memory://...); pass storage options of remote locations with -o/--storage-option KEY=VALUE.",
+        epilog=f"Run '{PROG} COMMAND --help' for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    parents = [storage_option_parser()]
+    for module in (_ls, _tree, _info, _cat, _extract, _pack, _verify):
+        module.register(commands, parents)
+    return parser
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def _stdout_closed() -> int:
+    # The reader went away (``ncore-like ls big.itar | head``): not an error worth a message.
+    # Later flushes at exit would fail again, so stdout is pointed at /dev/null.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a descriptor (e.g. captured in tests)
+        pass
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line with ``argv`` (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 success, 1 failure or problems found, 2 usage error.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and usage errors: argparse printed why
+        return _exit_code(exit_.code)
+    try:
+        code: int = args.run(args)
+    except BrokenPipeError:
+        return _stdout_closed()
+    except CommandError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
+    except EXPECTED_ERRORS as error:
+        print(f"{PROG}: error: {describe_error(error)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return code

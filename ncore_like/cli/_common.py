@@ -1,0 +1,231 @@
+"""What the commands share: locations and storage options, error reporting, output
+formatting and progress bars."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from upath import UPath
+
+from ..archive._location import display_name, local_path, to_upath
+from ..store import IndexedTarZarrStore
+
+__all__ = [
+    "EXPECTED_ERRORS",
+    "CommandError",
+    "Location",
+    "Progress",
+    "add_json_option",
+    "add_quiet_option",
+    "describe_error",
+    "format_bytes",
+    "open_store",
+    "parse_storage_option",
+    "print_json",
+    "progress",
+    "reporting",
+    "storage_option_parser",
+]
+
+#: Errors that mean "this input is bad", reported as one line without a traceback. Library
+#: errors (ArchiveFormatError, RecordExistsError, zarr's errors...) are ValueErrors, missing
+#: files and failed requests OSErrors, missing records KeyErrors.
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError)
+
+# A URL scheme of two or more characters: a Windows drive letter ("C:\...") is a path.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+class CommandError(Exception):
+    """A failure a command reports as ``ncore-like: error: <message>`` (exit code 1)."""
+
+
+# -- locations ---------------------------------------------------------------------------
+
+
+def parse_storage_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` as a storage option; the value is parsed as JSON when it is JSON
+    (``anon=true``, ``block_size=1048576``, ``client_kwargs={"region_name": "x"}``), else
+    kept as a string (``endpoint_url=http://127.0.0.1:9000``).
+
+    Raises:
+        argparse.ArgumentTypeError: Without ``=`` or with an empty key (a usage error).
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key, value
+
+
+def storage_option_parser() -> argparse.ArgumentParser:
+    """A parent parser with the ``--storage-option`` option every command takes."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument(
+        "-o",
+        "--storage-option",
+        dest="storage_options",
+        metavar="KEY=VALUE",
+        type=parse_storage_option,
+        action="append",
+        default=[],
+        help="fsspec storage option for remote locations (s3://, http(s)://, memory://...), repeatable; "
+        "VALUE is parsed as JSON when possible, e.g. -o endpoint_url=http://127.0.0.1:9000 -o anon=true",
+    )
+    return parser
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--json`` (machine-readable output)."""
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def add_quiet_option(parser: argparse.ArgumentParser) -> None:
+    """Adds ``-q/--quiet`` (no progress bar, no summary)."""
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar (shown only when stderr is a terminal)"
+    )
+
+
+@dataclass(frozen=True)
+class Location:
+    """A local path or a remote URL given on the command line, with the storage options of
+    the command (used for remote locations only)."""
+
+    upath: UPath
+
+    @classmethod
+    def parse(cls, text: str, storage_options: Sequence[tuple[str, Any]] = ()) -> Location:
+        """The location ``text`` names: a URL with a scheme (``s3://``, ``memory://``,
+        ``file://``...) gets the storage options; anything else is a local path."""
+        if _URL.match(text):
+            return cls(to_upath(UPath(text, **dict(storage_options))))
+        return cls(to_upath(text))
+
+    @property
+    def local(self) -> str | None:
+        """The operating-system path of a local location, None for remote ones."""
+        return local_path(self.upath)
+
+    @property
+    def is_remote(self) -> bool:
+        """True for locations that aren't local files."""
+        return self.local is None
+
+    @property
+    def name(self) -> str:
+        """How messages name the location (a path, or the URL)."""
+        return display_name(self.upath)
+
+    @property
+    def target(self) -> str | UPath:
+        """What to hand the library: the path of local locations, the ``UPath`` otherwise."""
+        return self.local if self.local is not None else self.upath
+
+    def same_as(self, other: Location) -> bool:
+        """True if both name the same file (compared by location, not by content)."""
+        return self.name == other.name and self.upath.protocol == other.upath.protocol
+
+
+def open_store(location: Location, *, range_reads: bool = False) -> IndexedTarZarrStore:
+    """The archive at ``location`` opened for reading, as a store (its records are
+    ``store.archive``). ``range_reads``: remote records are fetched with exact range requests,
+    so that several threads fetch concurrently (for commands that read many records)."""
+    return IndexedTarZarrStore(location.target, "r", remote_range_reads=range_reads and location.is_remote)
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def describe_error(error: BaseException, *subjects: str) -> str:
+    """A one-line description of ``error`` that names the first of ``subjects`` (the archive)
+    unless the message names one of them already (library errors name their files)."""
+    if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        text = error.args[0]  # str() of a KeyError quotes its message
+    elif isinstance(error, OSError) and error.strerror and error.filename:
+        text = f"{error.filename}: {error.strerror}"
+    else:
+        text = str(error) or type(error).__name__
+    if subjects and not any(subject in text for subject in subjects):
+        text = f"{subjects[0]}: {text}"
+    return text
+
+
+@contextlib.contextmanager
+def reporting(*subjects: str) -> Iterator[None]:
+    """Turns expected errors into :class:`CommandError` naming the first of ``subjects``
+    (unless the message names one of them)."""
+    try:
+        yield
+    except (CommandError, BrokenPipeError):
+        raise
+    except EXPECTED_ERRORS as error:
+        raise CommandError(describe_error(error, *subjects)) from error
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def print_json(document: Any) -> None:
+    """Prints a JSON document (indented, keys in the order given)."""
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+def format_bytes(size: int) -> str:
+    """A byte count for people: ``512 B``, ``1.5 KiB``, ``3.2 GiB``."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    units = ("KiB", "MiB", "GiB", "TiB")
+    for index, unit in enumerate(units):
+        value /= 1024
+        if value < 1024 or index == len(units) - 1:
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_json_value(value: Any) -> str:
+    """An attribute value as compact JSON (how attributes are shown in text output)."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+class Progress(Protocol):
+    """The part of a tqdm progress bar the commands use."""
+
+    def update(self, n: float = 1) -> object: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Progress: ...
+
+    def __exit__(self, *exc_info: object) -> object: ...
+
+
+def progress(*, total: float | None, desc: str, quiet: bool, unit: str = "B") -> Progress:
+    """A progress bar on stderr, shown only when stderr is a terminal (never in pipes, logs
+    or tests) and not ``quiet``. ``unit="B"`` counts bytes (scaled to KiB, MiB...)."""
+    from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+
+    scaled: Mapping[str, Any] = {"unit_scale": True, "unit_divisor": 1024} if unit == "B" else {}
+    bar: Progress = tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        file=sys.stderr,
+        disable=quiet or not sys.stderr.isatty(),
+        leave=False,
+        dynamic_ncols=True,
+        **scaled,
+    )
+    return bar

@@ -1,0 +1,109 @@
+"""``ncore-like extract``: records as files under a folder, refusing keys that would land
+outside it."""
+
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from ..archive import IndexedTarArchive
+from ..archive._format import validate_key
+from ..errors import InvalidKeyError
+from ._common import CommandError, Location, add_quiet_option, progress, reporting
+from ._parallel import ordered_map
+
+__all__ = ["register", "run", "targets"]
+
+#: Records read ahead of the one being written (remote archives fetch them concurrently).
+_READ_THREADS = 8
+_READ_AHEAD_BYTES = 256 << 20
+
+
+def targets(archive_name: str, keys: list[str], directory: Path) -> dict[str, Path]:
+    """The file of each record under ``directory`` (resolved).
+
+    Archives written by other tools are not validated when they are read, so every key is
+    checked here: absolute keys, ``..`` components and paths through symbolic links that
+    leave ``directory`` are refused, all of them before anything is written.
+
+    Raises:
+        CommandError: Naming the refused keys.
+    """
+    root = directory.resolve()
+    files: dict[str, Path] = {}
+    refused: list[str] = []
+    for key in keys:
+        try:
+            validate_key(key, archive_name)
+        except InvalidKeyError as error:
+            refused.append(str(error).removeprefix(f"{archive_name}: "))
+            continue
+        target = root.joinpath(*key.split("/"))
+        # A symbolic link already in the folder could redirect the file elsewhere.
+        if not target.resolve().is_relative_to(root):
+            refused.append(f"record key {key!r} leads outside {root} through a symbolic link")
+            continue
+        files[key] = target
+    if refused:
+        shown = "; ".join(refused[:10]) + (f"; and {len(refused) - 10} more" if len(refused) > 10 else "")
+        raise CommandError(f"{archive_name}: refusing to extract records outside {root}: {shown}")
+    return files
+
+
+def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Adds the ``extract`` command."""
+    parser = commands.add_parser(
+        "extract",
+        parents=parents,
+        help="extract records as files",
+        description="Extract all records (or the given ones) as files under a folder, each at the path its key "
+        "names. Keys that would land outside the folder (absolute, '..') are refused before anything is written.",
+    )
+    parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
+    parser.add_argument("keys", metavar="KEY", nargs="*", help="keys of the records to extract (default: all)")
+    parser.add_argument(
+        "-C",
+        "--directory",
+        metavar="DIR",
+        default=".",
+        type=Path,
+        help="folder to extract into, created if missing (default: the current folder)",
+    )
+    add_quiet_option(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the files."""
+    location = Location.parse(args.archive, args.storage_options)
+    with reporting(location.name), IndexedTarArchive(location.target, remote_range_reads=location.is_remote) as archive:
+        keys = list(dict.fromkeys(args.keys)) if args.keys else archive.keys()
+        missing = [key for key in keys if key not in archive]
+        if missing:
+            raise CommandError(f"{location.name}: no record {', '.join(map(repr, missing))} in the archive")
+        files = targets(location.name, keys, args.directory)
+        records = archive.records
+        total = sum(records[key].size for key in keys)
+        with (
+            ThreadPoolExecutor(_READ_THREADS) as pool,
+            progress(total=total, desc="extract", quiet=args.quiet) as bar,
+            closing(
+                ordered_map(
+                    pool,
+                    archive.read,
+                    keys,
+                    max_items=2 * _READ_THREADS,
+                    max_bytes=_READ_AHEAD_BYTES,
+                    size=lambda key: records[key].size,
+                )
+            ) as reads,
+        ):
+            for key, data in reads:
+                target = files[key]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                bar.update(len(data))
+    return 0

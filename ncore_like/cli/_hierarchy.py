@@ -1,0 +1,126 @@
+"""The zarr hierarchy of an archive as the commands see it: where it is, how to walk it,
+and how arrays are described (blobs, compression)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Literal
+
+import numpy as np
+
+from ..archive import IndexedTarArchive
+from ..nodes import Array, Group
+from ..store import Store
+from ..store._zarr_compat import array_zarr_format
+from ._common import CommandError
+
+__all__ = [
+    "ROOT_METADATA_KEYS",
+    "blob_size",
+    "compression_label",
+    "consolidated_keys",
+    "has_hierarchy",
+    "is_blob",
+    "open_root",
+    "root_zarr_format",
+    "walk",
+]
+
+ZarrFormat = Literal[2, 3]
+#: The records of a root group, by zarr format.
+ROOT_METADATA_KEYS: dict[ZarrFormat, str] = {2: ".zgroup", 3: "zarr.json"}
+
+
+def has_hierarchy(archive: IndexedTarArchive) -> bool:
+    """True if the archive holds a root group (of either zarr format)."""
+    return any(key in archive for key in ROOT_METADATA_KEYS.values())
+
+
+def root_zarr_format(archive: IndexedTarArchive) -> ZarrFormat | None:
+    """The zarr format of the archive's root group, from its ``.zgroup`` or ``zarr.json``
+    record (None without one).
+
+    Raises:
+        ValueError: For a root metadata record that isn't JSON of a known zarr format.
+    """
+    for zarr_format, key in ROOT_METADATA_KEYS.items():
+        if key not in archive:
+            continue
+        try:
+            declared = json.loads(archive[key]).get("zarr_format")
+        except (ValueError, AttributeError) as error:
+            raise ValueError(f"{archive.itar_upath}: root metadata record {key} is no JSON object") from error
+        if declared != zarr_format:
+            raise ValueError(f"{archive.itar_upath}: root metadata record {key} declares zarr_format {declared!r}")
+        return zarr_format
+    return None
+
+
+def consolidated_keys(archive: IndexedTarArchive) -> list[str]:
+    """Keys of the consolidated metadata records in the archive (in archive order)."""
+    return [key for key in archive.keys() if Store.is_consolidated_metadata_key(key)]
+
+
+def open_root(store: Store, archive: IndexedTarArchive) -> Group:
+    """The root group of the archive's hierarchy, from its consolidated metadata if there is
+    one.
+
+    Raises:
+        CommandError: If the archive holds no zarr hierarchy.
+    """
+    if not has_hierarchy(archive):
+        raise CommandError(
+            f"{store.name}: no zarr hierarchy in the archive (no {' or '.join(ROOT_METADATA_KEYS.values())} record)"
+        )
+    return store.open_root_group(consolidated="auto")
+
+
+def walk(group: Group) -> Iterator[Group | Array]:
+    """Every node below ``group`` (not ``group`` itself), parents before their members,
+    members sorted by name."""
+    stack: list[Iterator[tuple[str, Group | Array]]] = [group.items()]
+    while stack:
+        member = next(stack[-1], None)
+        if member is None:
+            stack.pop()
+            continue
+        node = member[1]
+        yield node
+        if isinstance(node, Group):
+            stack.append(node.items())
+
+
+def is_blob(array: Array) -> bool:
+    """True for binary blobs as :meth:`Group.create_bytes_array` stores them: 0-dimensional
+    fixed-length bytes, and in zarr format 3 one-dimensional ``uint8`` arrays stored as one
+    uncompressed chunk. (A 1-d ``uint8`` array of format 2 is numbers, not a blob: that
+    format stores blobs as bytes.)"""
+    dtype = array.dtype
+    if array.zarr.ndim == 0:
+        return dtype.kind == "S"
+    if array.zarr.ndim != 1 or dtype != np.uint8 or array_zarr_format(array.zarr) != 3:
+        return False
+    if array.chunks[0] < array.shape[0]:
+        return False
+    try:
+        return array.compression is None
+    except ValueError:  # other codecs: not what create_bytes_array writes
+        return False
+
+
+def blob_size(array: Array) -> int:
+    """The size in bytes of a blob (see :func:`is_blob`), without reading it."""
+    return array.dtype.itemsize if array.zarr.ndim == 0 else array.shape[0]
+
+
+def compression_label(array: Array) -> str:
+    """How the chunks are compressed: ``blosc lz4/5/bitshuffle``, ``none``, or ``other``
+    (codecs or filters other than one Blosc compressor)."""
+    try:
+        compression = array.compression
+    except ValueError:
+        return "other"
+    if compression is None:
+        return "none"
+    return f"blosc {compression.cname}/{compression.clevel}/{compression.shuffle}"

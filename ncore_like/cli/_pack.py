@@ -1,0 +1,277 @@
+"""``ncore-like pack``: a zarr hierarchy (directory, store URL or archive) into a new
+archive, by copying records verbatim or re-encoding every array on worker threads."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import math
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import zarr
+
+from ..nodes import Array, BloscCompression, EncodedArray, Group
+from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
+from ._common import CommandError, Location, add_quiet_option, format_bytes, open_store, progress, reporting
+from ._hierarchy import has_hierarchy, is_blob, open_root, root_zarr_format, walk
+from ._parallel import default_workers, ordered_map
+
+__all__ = ["register", "run"]
+
+ZarrFormat = Literal[2, 3]
+SourceKind = Literal["archive", "directory", "store"]
+#: Bytes of source values and encoded chunks held at once (besides one item larger than it).
+_MAX_BYTES_IN_FLIGHT = 1 << 30
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Adds the ``pack`` command."""
+    parser = commands.add_parser(
+        "pack",
+        parents=parents,
+        help="pack a zarr hierarchy into a new archive",
+        description="Pack a zarr hierarchy into a new archive. SRC is a zarr directory, a zarr store URL "
+        "(any fsspec filesystem) or another .itar archive. An archive whose zarr format stays the same is "
+        "copied record by record (consolidated metadata is regenerated); anything else is re-encoded: groups "
+        "and attributes recreated, blobs stored as blobs, arrays encoded with their chunk shape and Blosc "
+        "compression (arrays with other codecs get the default Blosc compression) on worker threads.",
+    )
+    parser.add_argument("src", metavar="SRC", help="zarr directory, zarr store URL or .itar archive")
+    parser.add_argument("dest", metavar="DEST", help="the archive to write (path or URL; replaced if it exists)")
+    parser.add_argument(
+        "--zarr-format",
+        type=int,
+        choices=(2, 3),
+        help="zarr format of the new archive (default: that of SRC); a change re-encodes every array",
+    )
+    parser.add_argument("--no-consolidate", action="store_true", help="don't write the consolidated metadata record")
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        metavar="N",
+        help=f"threads reading and encoding arrays (default: the number of CPUs, here {default_workers()})",
+    )
+    add_quiet_option(parser)
+    parser.set_defaults(run=run)
+
+
+def _source_kind(source: Location) -> SourceKind:
+    if source.local is not None:
+        path = Path(source.local)
+        if path.is_dir():
+            return "directory"
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name)
+        return "archive"
+    if source.upath.name.endswith(".itar"):
+        return "archive"
+    # One request tells an archive (a file) from a store (a prefix of many keys).
+    return "archive" if source.upath.is_file() else "store"
+
+
+def _source_store(source: Location, kind: SourceKind) -> Store:
+    if kind == "archive":
+        return open_store(source, range_reads=True)
+    if kind == "directory":
+        assert source.local is not None
+        return ZarrStoreAdapter(zarr.storage.LocalStore(source.local, read_only=True))
+    options: dict[str, Any] = dict(source.upath.storage_options)
+    store = zarr.storage.FsspecStore.from_url(str(source.upath), storage_options=options, read_only=True)
+    return ZarrStoreAdapter(store)
+
+
+def _remove(location: Location) -> None:
+    with contextlib.suppress(Exception):  # best effort: the error that got us here matters more
+        if location.local is not None:
+            os.unlink(location.local)
+        else:
+            location.upath.unlink()
+
+
+@contextlib.contextmanager
+def _writing(dest: Location) -> Iterator[IndexedTarZarrStore]:
+    """A new archive at ``dest``, completed on success and removed on failure: closing an
+    archive writes its index, so a partial archive would look complete."""
+    store = IndexedTarZarrStore(dest.target, "w")
+    try:
+        yield store
+    except BaseException:
+        with contextlib.suppress(Exception):
+            store.close()
+        _remove(dest)
+        raise
+    store.close()
+
+
+# -- copying records -----------------------------------------------------------------------
+
+
+def _copy_records(
+    source: IndexedTarZarrStore, dest: IndexedTarZarrStore, *, consolidate: bool, workers: int, quiet: bool
+) -> None:
+    archive = source.archive
+    records = archive.records
+    # Consolidated metadata is regenerated from the node metadata records, never copied.
+    keys = [key for key in archive.keys() if not Store.is_consolidated_metadata_key(key)]
+    total = sum(records[key].size for key in keys)
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        progress(total=total, desc="pack", quiet=quiet) as bar,
+        closing(
+            ordered_map(
+                pool,
+                archive.read,
+                keys,
+                max_items=2 * workers,
+                max_bytes=_MAX_BYTES_IN_FLIGHT,
+                size=lambda key: records[key].size,
+            )
+        ) as reads,
+    ):
+        for key, data in reads:
+            dest.archive[key] = data
+            bar.update(len(data))
+    if consolidate and has_hierarchy(dest.archive):
+        dest.consolidate()
+
+
+# -- re-encoding ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One node to recreate, in the order of the walk (parents first)."""
+
+    node: Group | Array
+    kind: Literal["group", "blob", "array"]
+    nbytes: int
+    """Bytes held while the step is in flight (values and encoded chunks)."""
+
+    @property
+    def parent(self) -> str:
+        return self.node.path.rpartition("/")[0]
+
+
+def _steps(root: Group) -> list[_Step]:
+    steps = []
+    for node in walk(root):
+        if isinstance(node, Group):
+            steps.append(_Step(node, "group", 0))
+        elif is_blob(node):
+            steps.append(_Step(node, "blob", node.dtype.itemsize * math.prod(node.shape)))
+        else:
+            # The values read and their encoded chunks (at most about as large) coexist.
+            steps.append(_Step(node, "array", 2 * node.dtype.itemsize * math.prod(node.shape)))
+    return steps
+
+
+def _compression(array: Array) -> BloscCompression | None:
+    try:
+        return array.compression
+    except ValueError:  # other codecs or filters: the typed API writes Blosc only
+        return BloscCompression()
+
+
+def _prepare(step: _Step, zarr_format: ZarrFormat) -> bytes | EncodedArray | None:
+    """Reads (and encodes) a node's data: runs on worker threads."""
+    node = step.node
+    if step.kind == "group":
+        return None
+    assert isinstance(node, Array)
+    if step.kind == "blob":
+        return node.read_bytes()
+    return EncodedArray.encode(node.read(), chunks=node.chunks, compression=_compression(node), zarr_format=zarr_format)
+
+
+def _reencode(
+    root: Group, dest: IndexedTarZarrStore, *, zarr_format: ZarrFormat, consolidate: bool, workers: int, quiet: bool
+) -> None:
+    groups = {"": dest.create_root_group(dict(root.attributes), zarr_format=zarr_format)}
+    steps = _steps(root)
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        progress(total=len(steps), desc="pack", unit="node", quiet=quiet) as bar,
+        closing(
+            ordered_map(
+                pool,
+                lambda step: _prepare(step, zarr_format),
+                steps,
+                max_items=2 * workers,
+                max_bytes=_MAX_BYTES_IN_FLIGHT,
+                size=lambda step: step.nbytes,
+            )
+        ) as prepared,
+    ):
+        # Stored in the order of the walk, so the archive's layout doesn't depend on timing.
+        for step, payload in prepared:
+            parent, node = groups[step.parent], step.node
+            attributes = dict(node.attributes)
+            if isinstance(payload, EncodedArray):
+                parent.create_encoded_array(node.name, payload, attributes=attributes)
+            elif isinstance(payload, bytes):
+                parent.create_bytes_array(node.name, payload, attributes=attributes)
+            else:
+                groups[node.path] = parent.create_group(node.name, attributes=attributes)
+            bar.update(1)
+    if consolidate:
+        dest.consolidate()
+
+
+# -- command -------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the new archive."""
+    source = Location.parse(args.src, args.storage_options)
+    dest = Location.parse(args.dest, args.storage_options)
+    if source.same_as(dest):
+        raise CommandError(f"{dest.name}: the archive to write is SRC itself")
+    workers = args.workers or default_workers()
+    consolidate = not args.no_consolidate
+    with reporting(source.name, dest.name):
+        kind = _source_kind(source)
+        src = _source_store(source, kind)
+        with src:
+            if isinstance(src, IndexedTarZarrStore):
+                src_format = root_zarr_format(src.archive)
+                if args.zarr_format is None or args.zarr_format == src_format:
+                    with _writing(dest) as new:
+                        _copy_records(src, new, consolidate=consolidate, workers=workers, quiet=args.quiet)
+                    archive = new.archive
+                    _summary(args, dest, archive.keys(), archive.file_size, "copied")
+                    return 0
+                if src_format is None:
+                    raise CommandError(f"{source.name}: no zarr hierarchy to convert to zarr format {args.zarr_format}")
+                root = open_root(src, src.archive)
+            else:
+                root = src.open_root_group(consolidated="auto")
+            zarr_format: ZarrFormat = args.zarr_format or root.zarr_format
+            with _writing(dest) as new:
+                _reencode(
+                    root, new, zarr_format=zarr_format, consolidate=consolidate, workers=workers, quiet=args.quiet
+                )
+            archive = new.archive
+            _summary(args, dest, archive.keys(), archive.file_size, f"re-encoded, zarr format {zarr_format}")
+    return 0
+
+
+def _summary(args: argparse.Namespace, dest: Location, keys: list[str], size: int, how: str) -> None:
+    if not args.quiet:
+        print(f"{dest.name}: {len(keys)} records, {format_bytes(size)} ({how})")

@@ -1,0 +1,256 @@
+"""``ncore-like tree``: the zarr hierarchy of an archive, as text (:func:`render_tree`) or
+as a nested JSON document (:func:`tree_document`)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..nodes import Array, Group
+from ..store import IndexedTarZarrStore
+from ..store._zarr_compat import chunk_key, run_zarr
+from ._common import (
+    Location,
+    add_json_option,
+    format_bytes,
+    format_json_value,
+    open_store,
+    print_json,
+    reporting,
+)
+from ._hierarchy import blob_size, compression_label, is_blob, open_root
+
+__all__ = ["ArraySummary", "register", "render_tree", "run", "summarize_array", "tree_document"]
+
+RecordSize = Callable[[str], int | None]
+
+
+@dataclass(frozen=True)
+class ArraySummary:
+    """What the tree shows of an array."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[int, ...]
+    compression: str
+    """``blosc <cname>/<clevel>/<shuffle>``, ``none`` or ``other``."""
+    nbytes: int
+    """Size of the values uncompressed."""
+    stored_bytes: int
+    """Sum of the sizes of the array's chunk records."""
+    chunks_stored: int
+    chunks_total: int
+    blob_size: int | None
+    """Size of the blob for binary blobs, else None."""
+
+    @property
+    def ratio(self) -> float | None:
+        """Compression ratio (uncompressed / stored bytes), None if nothing is stored."""
+        return self.nbytes / self.stored_bytes if self.stored_bytes else None
+
+
+def record_size_lookup(group: Group) -> RecordSize:
+    """Sizes of records of the group's store by key (None for missing records): from the
+    archive index for archives (no I/O), from the zarr store otherwise."""
+    store = group.store
+    if isinstance(store, IndexedTarZarrStore):
+        records = store.archive.records
+
+        def archive_size(key: str) -> int | None:
+            record = records.get(key)
+            return None if record is None else record.size
+
+        return archive_size
+    zarr_store = group.zarr.store
+
+    def zarr_size(key: str) -> int | None:
+        try:
+            return int(run_zarr(zarr_store.getsize(key)))
+        except FileNotFoundError:
+            return None
+
+    return zarr_size
+
+
+def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
+    """The summary of an array, its stored size from the sizes of its chunk records."""
+    stored = count = total = 0
+    for coords in itertools.product(*(range(n) for n in array.zarr.cdata_shape)):
+        total += 1
+        size = record_size(chunk_key(array.zarr, coords))
+        if size is not None:
+            stored += size
+            count += 1
+    return ArraySummary(
+        shape=array.shape,
+        dtype=str(array.dtype),
+        chunks=array.chunks,
+        compression=compression_label(array),
+        nbytes=math.prod(array.shape) * array.dtype.itemsize,
+        stored_bytes=stored,
+        chunks_stored=count,
+        chunks_total=total,
+        blob_size=blob_size(array) if is_blob(array) else None,
+    )
+
+
+# -- text ----------------------------------------------------------------------------------
+
+
+def _array_text(summary: ArraySummary) -> str:
+    if summary.blob_size is not None:
+        return f"blob, {summary.blob_size} bytes"
+    parts = [
+        f"{summary.dtype} {summary.shape}",
+        f"chunks {summary.chunks}",
+        summary.compression,
+        f"{format_bytes(summary.stored_bytes)} stored",
+    ]
+    if summary.chunks_stored != summary.chunks_total:
+        parts.append(f"{summary.chunks_stored}/{summary.chunks_total} chunks stored")
+    ratio = summary.ratio
+    parts.append(f"ratio {ratio:.2f}" if ratio is not None else "ratio -")
+    return ", ".join(parts)
+
+
+def _attribute_lines(attributes: Mapping[str, Any], prefix: str) -> list[str]:
+    return [f"{prefix}@ {key}: {format_json_value(value)}" for key, value in sorted(attributes.items())]
+
+
+def render_tree(group: Group, *, attributes: bool = False, max_members: int | None = None) -> list[str]:
+    """The hierarchy below ``group`` as lines of text: groups end in ``/``, arrays show
+    dtype, shape, chunks, compression, stored size (from the archive index, no chunk is
+    read) and compression ratio; blobs their size.
+
+    Args:
+        group: The group to render (typically a root group).
+        attributes: Also show the attributes of every node (``@ key: value`` in JSON).
+        max_members: Show at most this many members of each group (and how many more).
+
+    Returns:
+        The lines, without line ends.
+    """
+    record_size = record_size_lookup(group)
+    label = "/" + group.path
+    lines = [f"{label}  (zarr v{group.zarr_format})"]
+    if attributes:
+        lines += _attribute_lines(group.attributes, "")
+    _render_members(group, "", record_size, attributes, lines, max_members)
+    return lines
+
+
+def _render_members(
+    group: Group,
+    prefix: str,
+    record_size: RecordSize,
+    attributes: bool,
+    lines: list[str],
+    max_members: int | None,
+) -> None:
+    members = list(group.items())
+    hidden = 0
+    if max_members is not None and len(members) > max_members:
+        hidden = len(members) - max_members
+        members = members[:max_members]
+    for position, (name, node) in enumerate(members):
+        last = position == len(members) - 1 and not hidden
+        branch, inner = ("└── ", "    ") if last else ("├── ", "│   ")
+        if isinstance(node, Group):
+            lines.append(f"{prefix}{branch}{name}/")
+            if attributes:
+                lines += _attribute_lines(node.attributes, prefix + inner)
+            _render_members(node, prefix + inner, record_size, attributes, lines, max_members)
+        else:
+            lines.append(f"{prefix}{branch}{name}  {_array_text(summarize_array(node, record_size))}")
+            if attributes:
+                lines += _attribute_lines(node.attributes, prefix + inner)
+    if hidden:
+        lines.append(f"{prefix}└── ... {hidden} more")
+
+
+# -- JSON ----------------------------------------------------------------------------------
+
+
+def tree_document(group: Group, *, attributes: bool = False) -> dict[str, Any]:
+    """The hierarchy below ``group`` as a nested JSON document: each node has ``name``,
+    ``path`` and ``type`` (``group`` or ``array``); groups list their ``members``; arrays have
+    ``shape``, ``dtype``, ``chunks``, ``compression``, ``nbytes``, ``stored_bytes``,
+    ``chunks_stored``, ``chunks_total``, ``ratio``, ``blob`` and ``blob_size``; with
+    ``attributes``, every node has its ``attributes``."""
+    document = _group_document(group, record_size_lookup(group), attributes)
+    document["zarr_format"] = group.zarr_format
+    return document
+
+
+def _group_document(group: Group, record_size: RecordSize, attributes: bool) -> dict[str, Any]:
+    document: dict[str, Any] = {"name": group.name, "path": group.path, "type": "group"}
+    if attributes:
+        document["attributes"] = dict(group.attributes)
+    members = []
+    for _, node in group.items():
+        if isinstance(node, Group):
+            members.append(_group_document(node, record_size, attributes))
+        else:
+            members.append(_array_document(node, record_size, attributes))
+    document["members"] = members
+    return document
+
+
+def _array_document(array: Array, record_size: RecordSize, attributes: bool) -> dict[str, Any]:
+    summary = summarize_array(array, record_size)
+    document: dict[str, Any] = {
+        "name": array.name,
+        "path": array.path,
+        "type": "array",
+        "shape": list(summary.shape),
+        "dtype": summary.dtype,
+        "chunks": list(summary.chunks),
+        "compression": summary.compression,
+        "nbytes": summary.nbytes,
+        "stored_bytes": summary.stored_bytes,
+        "chunks_stored": summary.chunks_stored,
+        "chunks_total": summary.chunks_total,
+        "ratio": summary.ratio,
+        "blob": summary.blob_size is not None,
+        "blob_size": summary.blob_size,
+    }
+    if attributes:
+        document["attributes"] = dict(array.attributes)
+    return document
+
+
+# -- command -------------------------------------------------------------------------------
+
+
+def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Adds the ``tree`` command."""
+    parser = commands.add_parser(
+        "tree",
+        parents=parents,
+        help="show the zarr hierarchy of an archive",
+        description="Show the zarr hierarchy of an archive (opened from its consolidated metadata if it has "
+        "some): groups, and arrays with dtype, shape, chunks, compression, stored size (from the archive index) "
+        "and compression ratio; binary blobs with their size.",
+    )
+    parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
+    parser.add_argument("-a", "--attributes", action="store_true", help="show the attributes of every node")
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints the hierarchy."""
+    location = Location.parse(args.archive, args.storage_options)
+    with reporting(location.name):
+        store = open_store(location)
+        with store:
+            root = open_root(store, store.archive)
+            if args.json:
+                print_json(tree_document(root, attributes=args.attributes))
+            else:
+                print("\n".join(render_tree(root, attributes=args.attributes)))
+    return 0

@@ -1,0 +1,608 @@
+"""The ``ncore-like`` command line, run in-process with ``main([...])`` on local and S3
+archives; outputs are checked against the library's own view of the archive."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+import zarr.storage
+from upath import UPath
+from zarr.abc.store import Store as ZarrStore
+
+from ncore_like import Array, BloscCompression, Group, IndexedTarArchive, IndexedTarZarrStore, Store, ZarrStoreAdapter
+from ncore_like.archive import is_node_metadata_key
+from ncore_like.archive._format import encode_index, pack_index_header, padding
+from ncore_like.cli import main, render_tree
+from ncore_like.store import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
+
+REPO = Path(__file__).resolve().parent.parent
+CORRUPTED_CHUNK = "lidar/points/1.0"
+FRAME = b"\xff\xd8 not really a jpeg \xff\xd9"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_zarr_dtype_warnings() -> Iterator[None]:
+    # zarr-python warns that fixed-length bytes are not part of zarr format 3.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="zarr")
+        warnings.filterwarnings("ignore", message=".*not part of the Zarr format 3.*")
+        yield
+
+
+# -- archives and where they live ---------------------------------------------------------
+
+
+def build_archive(location: Path | UPath) -> None:
+    """A zarr format 2 sequence: groups with attributes, a Blosc array of several chunks, an
+    uncompressed array and a blob, consolidated."""
+    with IndexedTarZarrStore(location, "w") as store:
+        root = store.create_root_group({"sequence": "s-001", "frames": 2})
+        lidar = root.create_group("lidar", attributes={"sensor": "top", "rate_hz": 10})
+        lidar.create_array(
+            "points",
+            np.arange(400, dtype=np.float32).reshape(100, 4),
+            chunks=(25, 4),
+            compression=BloscCompression(),
+            attributes={"unit": "m"},
+        )
+        root.create_array("poses", np.eye(4) * 2.5, compression=None, attributes={"frame": "world"})
+        camera = root.create_group("camera")
+        camera.create_bytes_array("frame0", FRAME, attributes={"codec": "jpeg"})
+        store.consolidate()
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where test archives live, and how the command line names them."""
+
+    base: Path | UPath
+    options: list[str]
+    """``--storage-option`` arguments of the site."""
+
+    def path(self, name: str) -> Path | UPath:
+        return self.base / name
+
+    def arg(self, name: str) -> str:
+        return str(self.base / name)
+
+    def put(self, name: str, data: bytes) -> None:
+        self.path(name).write_bytes(data)
+
+
+def option_args(storage_options: dict[str, Any]) -> list[str]:
+    """``--storage-option`` arguments: strings as they are (not JSON), the rest as JSON."""
+    args = []
+    for key, value in storage_options.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        args += ["--storage-option", f"{key}={text}"]
+    return args
+
+
+@pytest.fixture(params=["local", "s3"])
+def site(request: pytest.FixtureRequest, tmp_path: Path) -> Site:
+    if request.param == "local":
+        return Site(tmp_path / "site", [])
+    bucket: UPath = request.getfixturevalue("s3_bucket")
+    return Site(bucket, option_args(dict(bucket.storage_options)))
+
+
+@pytest.fixture
+def archive(site: Site) -> tuple[Site, str]:
+    if isinstance(site.base, Path):
+        site.base.mkdir()
+    build_archive(site.path("seq.itar"))
+    return site, "seq.itar"
+
+
+@pytest.fixture
+def local_archive(tmp_path: Path) -> Path:
+    path = tmp_path / "seq.itar"
+    build_archive(path)
+    return path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def nodes(group: Group) -> Iterator[Group | Array]:
+    """Every node below ``group``, through the library's API."""
+    for _, node in group.items():
+        yield node
+        if isinstance(node, Group):
+            yield from nodes(node)
+
+
+def opened(location: Path | UPath) -> tuple[IndexedTarZarrStore, Group]:
+    store = IndexedTarZarrStore(location)
+    return store, store.open_root_group(consolidated="auto")
+
+
+def rewrite_index(path: Path, change: Callable[[list[str], list[int], list[int]], None]) -> None:
+    """Rewrites the index of a local archive after ``change`` edited its lists."""
+    with IndexedTarArchive(path) as archive:
+        keys = archive.keys()
+        offsets = [archive.records[key].offset for key in keys]
+        sizes = [archive.records[key].size for key in keys]
+        index = archive.index_record
+    assert index is not None
+    change(keys, offsets, sizes)
+    data = encode_index(keys, offsets, sizes)
+    with path.open("r+b") as file:
+        file.seek(index.offset)
+        file.write(data + bytes(padding(len(data))) + pack_index_header(index.offset, len(data)))
+        file.truncate()
+
+
+def corrupt_chunk(source: Path, target: Path, key: str = CORRUPTED_CHUNK) -> None:
+    """A copy of ``source`` whose chunk record ``key`` is overwritten with garbage."""
+    shutil.copyfile(source, target)
+    with IndexedTarArchive(source) as archive:
+        record = archive.records[key]
+    with target.open("r+b") as file:
+        file.seek(record.offset)
+        file.write(b"\xff" * record.size)
+
+
+# -- ls, tree, info, cat -------------------------------------------------------------------
+
+
+def test_ls(archive: tuple[Site, str], capsys: pytest.CaptureFixture[str]) -> None:
+    site, name = archive
+    with IndexedTarArchive(site.path(name)) as library:
+        keys = library.keys()
+        records = dict(library.records)
+
+    code, out, _ = cli(capsys, "ls", *site.options, site.arg(name))
+    assert code == 0
+    assert out.splitlines() == keys
+
+    code, out, _ = cli(capsys, "ls", *site.options, "--long", site.arg(name))
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert [(int(offset), int(size), key) for offset, size, key in rows] == [
+        (records[key].offset, records[key].size, key) for key in keys
+    ]
+
+    code, out, _ = cli(capsys, "ls", *site.options, "--json", site.arg(name))
+    assert code == 0
+    assert json.loads(out) == [{"key": key, "offset": records[key].offset, "size": records[key].size} for key in keys]
+
+
+def test_tree(archive: tuple[Site, str], capsys: pytest.CaptureFixture[str]) -> None:
+    site, name = archive
+    code, out, _ = cli(capsys, "tree", *site.options, site.arg(name))
+    assert code == 0
+    assert "blosc lz4/5/bitshuffle" in out
+    assert "none" in out
+    assert f"frame0  blob, {len(FRAME)} bytes" in out
+    store, root = opened(site.path(name))
+    with store:
+        assert out.splitlines() == render_tree(root)  # the command prints what the demo renders
+        for node in nodes(root):
+            assert node.name in out
+        code, out, _ = cli(capsys, "tree", *site.options, "--attributes", site.arg(name))
+        assert code == 0
+        assert '@ sensor: "top"' in out and '@ unit: "m"' in out and '@ sequence: "s-001"' in out
+
+        code, out, _ = cli(capsys, "tree", *site.options, "--json", "--attributes", site.arg(name))
+        assert code == 0
+        document = json.loads(out)
+        assert document["zarr_format"] == root.zarr_format == 2
+        assert document["attributes"] == dict(root.attributes)
+        listed = {}
+
+        def collect(entry: dict[str, Any]) -> None:
+            listed[entry["path"]] = entry
+            for member in entry.get("members", []):
+                collect(member)
+
+        collect(document)
+        library_nodes = {node.path: node for node in nodes(root)}
+        assert set(listed) == {"", *library_nodes}
+        records = store.archive.records
+        for path, node in library_nodes.items():
+            entry = listed[path]
+            assert entry["attributes"] == dict(node.attributes)
+            if isinstance(node, Group):
+                assert entry["type"] == "group"
+                continue
+            assert entry["type"] == "array"
+            assert tuple(entry["shape"]) == node.shape and tuple(entry["chunks"]) == node.chunks
+            assert entry["dtype"] == str(node.dtype)
+            # Stored size: the chunk records under the array's path, from the index.
+            chunk_keys = [
+                key for key in store.archive.keys() if key.startswith(f"{path}/") and not is_node_metadata_key(key)
+            ]
+            assert entry["stored_bytes"] == sum(records[key].size for key in chunk_keys)
+            assert entry["chunks_stored"] == len(chunk_keys) == node.zarr.nchunks
+            assert entry["nbytes"] == node.dtype.itemsize * int(np.prod(node.shape))
+            assert entry["ratio"] == pytest.approx(entry["nbytes"] / entry["stored_bytes"])
+            compression = node.compression
+            expected = "none" if compression is None else f"blosc {compression.cname}/{compression.clevel}/"
+            assert entry["compression"].startswith(expected)
+        assert listed["camera/frame0"]["blob"] is True
+        frame = root.array("camera/frame0")
+        assert listed["camera/frame0"]["blob_size"] == len(frame.read_bytes())
+        assert listed["lidar/points"]["blob"] is False
+
+
+def test_info(archive: tuple[Site, str], capsys: pytest.CaptureFixture[str]) -> None:
+    site, name = archive
+    code, out, _ = cli(capsys, "info", *site.options, "--json", site.arg(name))
+    assert code == 0
+    info = json.loads(out)
+    store, root = opened(site.path(name))
+    with store:
+        library = store.archive
+        assert library.index_record is not None
+        all_nodes = list(nodes(root))
+        assert info["format"] == "indexed tar (itar) v1"
+        assert info["index_type"] == 1
+        assert info["records"] == len(library)
+        assert (info["index_offset"], info["index_size"]) == tuple(library.index_record)
+        assert info["file_size"] == library.file_size
+        assert info["zarr_format"] == root.zarr_format == 2
+        assert info["consolidated"] is True
+        assert info["consolidated_keys"] == [key for key in library.keys() if Store.is_consolidated_metadata_key(key)]
+        assert info["consolidated_keys"] == [CONSOLIDATED_KEY_V2]
+        assert info["groups"] == 1 + sum(isinstance(node, Group) for node in all_nodes)
+        assert info["arrays"] == sum(isinstance(node, Array) for node in all_nodes)
+
+    code, out, _ = cli(capsys, "info", *site.options, site.arg(name))
+    assert code == 0
+    assert "indexed tar (itar) v1" in out and CONSOLIDATED_KEY_V2 in out
+
+
+def test_cat(archive: tuple[Site, str], capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    site, name = archive
+    with IndexedTarArchive(site.path(name)) as library:
+        for key in (CORRUPTED_CHUNK, "camera/frame0/0", ".zattrs"):
+            assert main(["cat", *site.options, site.arg(name), key]) == 0
+            out, _ = capsysbinary.readouterr()
+            assert out == library[key]
+    assert main(["cat", *site.options, site.arg(name), "no/such/key"]) == 1
+    out, err = capsysbinary.readouterr()
+    assert out == b""
+    assert b"no/such/key" in err and site.arg(name).encode() in err and b"Traceback" not in err
+
+
+# -- extract -------------------------------------------------------------------------------
+
+
+def test_extract(archive: tuple[Site, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    site, name = archive
+    target = tmp_path / "out"
+    code, _, err = cli(capsys, "extract", *site.options, site.arg(name), "-C", str(target))
+    assert code == 0, err
+    with IndexedTarArchive(site.path(name)) as library:
+        files = sorted(str(path.relative_to(target)) for path in target.rglob("*") if path.is_file())
+        assert files == sorted(library.keys())
+        for key in library.keys():
+            assert (target / key).read_bytes() == library[key]
+
+        some = tmp_path / "some"
+        code, _, _ = cli(capsys, "extract", *site.options, site.arg(name), "poses/0.0", ".zgroup", "-C", str(some))
+        assert code == 0
+        assert sorted(str(path.relative_to(some)) for path in some.rglob("*") if path.is_file()) == [
+            ".zgroup",
+            "poses/0.0",
+        ]
+        assert (some / "poses/0.0").read_bytes() == library["poses/0.0"]
+
+    code, _, err = cli(capsys, "extract", *site.options, site.arg(name), "missing", "-C", str(tmp_path / "none"))
+    assert code == 1 and "missing" in err
+
+
+@pytest.mark.parametrize("bad_key", ["../escaped", "/tmp/absolute", "lidar/../../escaped"])
+def test_extract_refuses_keys_outside_the_folder(
+    local_archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], bad_key: str
+) -> None:
+    def rename(keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+        keys[keys.index("poses/0.0")] = bad_key
+
+    rewrite_index(local_archive, rename)
+    target = tmp_path / "deep" / "out"
+    code, _, err = cli(capsys, "extract", str(local_archive), "-C", str(target))
+    assert code == 1
+    assert bad_key in err and "refusing" in err and str(local_archive) in err
+    # Nothing was written, inside the folder or outside it.
+    assert not any(path.is_file() for path in target.rglob("*"))
+    assert not (tmp_path / "deep" / "escaped").exists() and not (tmp_path / "escaped").exists()
+
+
+def test_extract_refuses_paths_through_symlinks(
+    local_archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    target.mkdir()
+    elsewhere.mkdir()
+    (target / "lidar").symlink_to(elsewhere)
+    code, _, err = cli(capsys, "extract", str(local_archive), "-C", str(target))
+    assert code == 1 and "symbolic link" in err
+    assert not any(elsewhere.iterdir())
+
+
+# -- pack ----------------------------------------------------------------------------------
+
+
+def assert_same_hierarchy(source: Group, packed: Group) -> None:
+    """Same nodes, attributes and values (blobs compared as bytes, and still blobs)."""
+    assert dict(packed.attributes) == dict(source.attributes)
+    source_nodes = {node.path: node for node in nodes(source)}
+    packed_nodes = {node.path: node for node in nodes(packed)}
+    assert set(packed_nodes) == set(source_nodes)
+    for path, node in source_nodes.items():
+        copy = packed_nodes[path]
+        assert type(copy) is type(node), path
+        assert dict(copy.attributes) == dict(node.attributes), path
+        if not isinstance(node, Array):
+            continue
+        assert isinstance(copy, Array)
+        if node.zarr.ndim == 0 and node.dtype.kind == "S":
+            assert copy.read_bytes() == node.read_bytes(), path  # TypeError if no blob any more
+            continue
+        assert copy.shape == node.shape and copy.chunks == node.chunks, path
+        assert np.array_equal(copy.read(), node.read()), path
+
+
+def test_pack_copies_an_archive(archive: tuple[Site, str], capsys: pytest.CaptureFixture[str]) -> None:
+    site, name = archive
+    code, _, err = cli(capsys, "pack", *site.options, site.arg(name), site.arg("copy.itar"), "--workers", "2")
+    assert code == 0, err
+    source_store, source = opened(site.path(name))
+    packed_store, packed = opened(site.path("copy.itar"))
+    with source_store, packed_store:
+        assert_same_hierarchy(source, packed)
+        # Verbatim: the same records in the same order, consolidated metadata regenerated.
+        src, dst = source_store.archive, packed_store.archive
+        copied = [key for key in src.keys() if not Store.is_consolidated_metadata_key(key)]
+        assert [key for key in dst.keys() if not Store.is_consolidated_metadata_key(key)] == copied
+        assert all(dst[key] == src[key] for key in copied)
+        assert CONSOLIDATED_KEY_V2 in dst
+
+    code, _, err = cli(capsys, "pack", *site.options, "--no-consolidate", site.arg(name), site.arg("plain.itar"), "-q")
+    assert code == 0, err
+    with IndexedTarArchive(site.path("plain.itar")) as plain:
+        assert not any(Store.is_consolidated_metadata_key(key) for key in plain.keys())
+
+
+def test_pack_reencodes_to_zarr_format_3(archive: tuple[Site, str], capsys: pytest.CaptureFixture[str]) -> None:
+    site, name = archive
+    code, _, err = cli(capsys, "pack", *site.options, site.arg(name), site.arg("v3.itar"), "--zarr-format", "3")
+    assert code == 0, err
+    source_store, source = opened(site.path(name))
+    packed_store, packed = opened(site.path("v3.itar"))
+    with source_store, packed_store:
+        assert packed.zarr_format == 3
+        assert CONSOLIDATED_KEY_V3 in packed_store.archive
+        assert_same_hierarchy(source, packed)
+        assert packed.array("camera/frame0").dtype == np.uint8  # a format 3 blob
+        assert packed.array("lidar/points").compression == source.array("lidar/points").compression
+        assert packed.array("poses").compression is None
+
+    # And back to format 2: the blob is fixed-length bytes again.
+    code, _, err = cli(capsys, "pack", *site.options, site.arg("v3.itar"), site.arg("v2.itar"), "--zarr-format", "2")
+    assert code == 0, err
+    source_store, source = opened(site.path(name))
+    packed_store, packed = opened(site.path("v2.itar"))
+    with source_store, packed_store:
+        assert packed.zarr_format == 2
+        assert packed.array("camera/frame0").dtype == source.array("camera/frame0").dtype
+        assert_same_hierarchy(source, packed)
+
+
+def write_zarr_hierarchy(store: ZarrStore) -> None:
+    """A hierarchy written by zarr-python: Blosc, Zstd (another codec) and no compression."""
+    root = zarr.open_group(store, mode="w", zarr_format=2, attributes={"title": "from zarr-python"})
+    values = root.create_array("values", shape=(50, 4), chunks=(20, 4), dtype="int32", attributes={"unit": "K"})
+    values[:] = np.arange(200, dtype=np.int32).reshape(50, 4)
+    sub = root.create_group("sub", attributes={"k": [1, 2]})
+    other = sub.create_array("zstd", shape=(30,), chunks=(8,), dtype="float64", compressors=numcodecs.Zstd(level=1))
+    other[:] = np.linspace(0, 1, 30)
+    blob = sub.create_array("blob", shape=(), dtype="S5", compressors=None)
+    blob[()] = b"hello"
+
+
+@pytest.mark.parametrize("zarr_format", [None, 3])
+def test_pack_zarr_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str], zarr_format: int | None) -> None:
+    directory = tmp_path / "hierarchy.zarr"
+    write_zarr_hierarchy(zarr.storage.LocalStore(directory))
+    extra = [] if zarr_format is None else ["--zarr-format", str(zarr_format)]
+    code, _, err = cli(capsys, "pack", str(directory), str(tmp_path / "packed.itar"), *extra)
+    assert code == 0, err
+    source = ZarrStoreAdapter(zarr.storage.LocalStore(directory, read_only=True)).open_root_group(consolidated=False)
+    packed_store, packed = opened(tmp_path / "packed.itar")
+    with packed_store:
+        assert packed.zarr_format == (zarr_format or 2)
+        assert_same_hierarchy(source, packed)
+        # Another codec is replaced by the default Blosc compression.
+        assert packed.array("sub/zstd").compression == BloscCompression()
+        assert packed.array("values").compression == source.array("values").compression
+
+
+def test_pack_zarr_store_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"memory://cli-test-{tmp_path.name}/hierarchy.zarr"
+    write_zarr_hierarchy(zarr.storage.FsspecStore.from_url(url))
+    try:
+        code, _, err = cli(capsys, "pack", url, str(tmp_path / "packed.itar"))
+        assert code == 0, err
+        source = ZarrStoreAdapter(zarr.storage.FsspecStore.from_url(url, read_only=True)).open_root_group(
+            consolidated=False
+        )
+        packed_store, packed = opened(tmp_path / "packed.itar")
+        with packed_store:
+            assert_same_hierarchy(source, packed)
+    finally:
+        fsspec.filesystem("memory").rm(f"/cli-test-{tmp_path.name}", recursive=True)
+
+
+def test_pack_failure_leaves_no_archive(
+    local_archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.itar"
+    corrupt_chunk(local_archive, broken)
+    dest = tmp_path / "packed.itar"
+    code, _, err = cli(capsys, "pack", str(broken), str(dest), "--zarr-format", "3")
+    assert code == 1
+    assert CORRUPTED_CHUNK in err and "Traceback" not in err
+    assert not dest.exists()
+
+    code, _, err = cli(capsys, "pack", str(local_archive), str(local_archive))
+    assert code == 1 and "SRC itself" in err
+    assert IndexedTarArchive(local_archive).keys()  # untouched
+
+
+# -- verify --------------------------------------------------------------------------------
+
+
+def test_verify_passes(archive: tuple[Site, str], capsys: pytest.CaptureFixture[str]) -> None:
+    site, name = archive
+    code, out, err = cli(capsys, "verify", *site.options, site.arg(name))
+    assert code == 0, out + err
+    assert "OK" in out
+    code, out, _ = cli(capsys, "verify", *site.options, "--json", site.arg(name))
+    assert code == 0
+    report = json.loads(out)
+    store, root = opened(site.path(name))
+    with store:
+        assert report["ok"] is True and report["problems"] == []
+        assert report["records"] == report["tar_members"] == len(store.archive)
+        assert report["bytes_read"] == sum(record.size for record in store.archive.records.values())
+        assert report["arrays"] == sum(isinstance(node, Array) for node in nodes(root))
+
+
+def test_verify_finds_a_corrupted_chunk(
+    site: Site, local_archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.itar"
+    corrupt_chunk(local_archive, broken)
+    if isinstance(site.base, Path):
+        site.base.mkdir()
+    site.put("broken.itar", broken.read_bytes())
+    code, out, err = cli(capsys, "verify", *site.options, site.arg("broken.itar"))
+    assert code == 1
+    assert CORRUPTED_CHUNK in out and "lidar/points" in out
+    assert "problem" in err and site.arg("broken.itar") in err
+
+    code, out, _ = cli(capsys, "verify", *site.options, "--json", site.arg("broken.itar"))
+    assert code == 1
+    report = json.loads(out)
+    assert report["ok"] is False
+    assert [(problem["key"], problem["array"]) for problem in report["problems"]] == [(CORRUPTED_CHUNK, "lidar/points")]
+
+
+def test_verify_finds_a_wrong_index_offset(local_archive: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def shift(keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+        offsets[keys.index("poses/0.0")] += 512
+
+    rewrite_index(local_archive, shift)
+    code, out, _ = cli(capsys, "verify", "--json", str(local_archive))
+    assert code == 1
+    problems = json.loads(out)["problems"]
+    assert problems and {problem["key"] for problem in problems} == {"poses/0.0"}
+    code, out, _ = cli(capsys, "verify", str(local_archive))
+    assert code == 1 and "poses/0.0" in out
+
+
+def test_verify_finds_members_missing_from_the_index(local_archive: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def drop(keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+        position = keys.index("poses/0.0")
+        for values in (keys, offsets, sizes):
+            del values[position]
+
+    rewrite_index(local_archive, drop)
+    code, out, _ = cli(capsys, "verify", "--json", str(local_archive))
+    assert code == 1
+    [problem] = json.loads(out)["problems"]
+    assert problem["key"] == "poses/0.0" and "not in the index" in problem["message"]
+
+
+# -- errors and usage ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["ls"],
+        ["frobnicate", "x.itar"],
+        ["ls", "--storage-option", "no-equals-sign", "x.itar"],
+        ["pack", "a", "b", "--workers", "0"],
+        ["pack", "a", "b", "--zarr-format", "4"],
+        ["cat", "x.itar"],
+    ],
+)
+def test_usage_errors(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, *args)
+    assert code == 2
+    assert "usage:" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["ls", "{}"],
+        ["tree", "{}"],
+        ["info", "{}"],
+        ["verify", "{}"],
+        ["cat", "{}", ".zgroup"],
+        ["extract", "{}", "-C", "{out}"],
+        ["pack", "{}", "{out}/packed.itar"],
+    ],
+)
+def test_missing_archive(command: list[str], site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = site.arg("missing.itar")
+    args = [part.replace("{}", missing).replace("{out}", str(tmp_path)) for part in command]
+    code, out, err = cli(capsys, args[0], *site.options, *args[1:])
+    assert code == 1
+    assert err.startswith("ncore-like: error: ") and missing in err
+    assert "Traceback" not in err and out == ""
+    assert not (tmp_path / "packed.itar").exists()
+
+
+def test_bad_archives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk.itar"
+    junk.write_bytes(b"x" * 3000)
+    code, _, err = cli(capsys, "info", str(junk))
+    assert code == 1 and str(junk) in err and "not an indexed tar archive" in err
+
+    raw = tmp_path / "raw.itar"
+    with IndexedTarArchive(raw, "w") as writer:
+        writer["a/b"] = b"payload"
+    code, _, err = cli(capsys, "tree", str(raw))
+    assert code == 1 and "no zarr hierarchy" in err
+    code, out, _ = cli(capsys, "info", "--json", str(raw))
+    assert code == 0 and json.loads(out)["zarr_format"] is None
+    code, out, _ = cli(capsys, "verify", str(raw))
+    assert code == 0, out
+
+
+def test_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("ls", "tree", "info", "cat", "extract", "pack", "verify"):
+        code, out, _ = cli(capsys, command, "--help")
+        assert code == 0 and f"ncore-like {command}" in out and "--storage-option" in out
+    code, out, _ = cli(capsys, "--version")
+    assert code == 0 and out.startswith("ncore-like ")
+    result = subprocess.run(
+        [sys.executable, "-m", "ncore_like", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage: ncore-like" in result.stdout
+    for command in ("ls", "tree", "info", "cat", "extract", "pack", "verify"):
+        assert command in result.stdout
