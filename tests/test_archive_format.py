@@ -9,6 +9,8 @@ import tarfile
 
 import cbor2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ncore_like import ArchiveFormatError, InvalidKeyError
 from ncore_like.archive import is_node_metadata_key
@@ -124,3 +126,14 @@ def test_non_string_keys_are_rejected() -> None:
 )
 def test_node_metadata_keys(key: str, expected: bool) -> None:
     assert is_node_metadata_key(key) is expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=0x2FF), min_size=1, max_size=120),
+    size=st.one_of(st.integers(0, 10**7), st.integers(8**11 - 2, 8**11 + 2)),
+)
+def test_member_headers_equal_tarfile_for_any_key_and_size(key: str, size: int) -> None:
+    info = tarfile.TarInfo(key)
+    info.size = size
+    assert member_header(key, size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")

@@ -97,12 +97,32 @@ def padding(size: int) -> int:
     return -size % BLOCK_SIZE
 
 
-def member_header(key: str, size: int) -> bytes:
-    """The tar header block(s) of a record: a pax extended header precedes the ustar
-    header for keys that are long or not ASCII, exactly as ``tarfile`` writes them."""
+def _tarfile_header(key: str, size: int) -> bytes:
     info = tarfile.TarInfo(key)
     info.size = size
     return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+# A ustar header as tarfile writes it for a short ASCII name; only the name, the size and
+# the checksum differ between records.
+_USTAR_TEMPLATE = _tarfile_header("x", 0)
+_MAX_USTAR_SIZE = 8**11  # the size field holds 11 octal digits
+
+
+def member_header(key: str, size: int) -> bytes:
+    """The tar header block(s) of a record, exactly as ``tarfile`` writes them: one ustar
+    block for ASCII keys of up to 100 characters, a pax extended header before it for
+    others."""
+    if len(key) <= 100 and size < _MAX_USTAR_SIZE and key.isascii():
+        # Filled in from a template: tarfile takes ~4x longer, a noticeable share of
+        # writing records of a few hundred kilobytes.
+        block = bytearray(_USTAR_TEMPLATE)
+        block[0:100] = key.encode("ascii").ljust(100, b"\0")
+        block[124:136] = b"%011o\0" % size
+        block[148:156] = b" " * 8  # the checksum counts its own field as spaces
+        block[148:155] = b"%06o\0" % sum(block)
+        return bytes(block)
+    return _tarfile_header(key, size)
 
 
 def tar_end(position: int) -> bytes:

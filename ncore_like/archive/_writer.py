@@ -30,7 +30,7 @@ _PADDING = bytes(BLOCK_SIZE)
 
 
 class _Sink(Protocol):
-    def write(self, buffers: Sequence[_Buffer]) -> None: ...
+    def write(self, buffers: Sequence[_Buffer], total: int) -> None: ...
     def read_back(self, offset: int, size: int) -> bytes: ...
     def reopen(self, position: int) -> None: ...
     def close(self) -> None: ...
@@ -44,9 +44,8 @@ class _LocalSink:
         self._path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
 
-    def write(self, buffers: Sequence[_Buffer]) -> None:
+    def write(self, buffers: Sequence[_Buffer], total: int) -> None:
         written = os.writev(self._fd, buffers)
-        total = sum(len(buffer) for buffer in buffers)
         if written < total:  # partial writes are rare (signals, full disks): finish piecewise
             rest = memoryview(b"".join(buffers))[written:]
             while rest:
@@ -74,7 +73,7 @@ class _FileSink:
         self._name = display_name(upath)
         self._file: Any = upath.fs.open(upath.path, "wb")
 
-    def write(self, buffers: Sequence[_Buffer]) -> None:
+    def write(self, buffers: Sequence[_Buffer], total: int) -> None:
         for buffer in buffers:
             if len(buffer):
                 self._file.write(buffer)
@@ -105,10 +104,12 @@ class ArchiveWriter:
 
     def append(self, key: str, payload: _Buffer) -> int:
         """Writes one record, returning the file offset of its payload."""
-        header = member_header(key, len(payload))
-        self._sink.write((header, payload, _PADDING[: padding(len(payload))]))
+        size = len(payload)
+        header = member_header(key, size)
+        pad = padding(size)
+        self._sink.write((header, payload, _PADDING[:pad]), len(header) + size + pad)
         offset = self.position + len(header)
-        self.position = offset + len(payload) + padding(len(payload))
+        self.position = offset + size + pad
         return offset
 
     def read_back(self, offset: int, size: int) -> bytes:
@@ -120,7 +121,8 @@ class ArchiveWriter:
         end = tar_end(self.position)
         index_offset = self.position + len(end)
         index = encode_index(keys, offsets, sizes)
-        self._sink.write((end, index, _PADDING[: padding(len(index))], pack_index_header(index_offset, len(index))))
+        parts = (end, index, _PADDING[: padding(len(index))], pack_index_header(index_offset, len(index)))
+        self._sink.write(parts, sum(len(part) for part in parts))
         self.position = index_offset + len(index) + padding(len(index)) + BLOCK_SIZE
 
     def reopen(self) -> None:

@@ -1,0 +1,539 @@
+"""Benchmark of writing with ``ncore_like`` against what the machine does for the same bytes
+(SPEC section 5, the two write targets), as ratios measured side by side in one run.
+
+Absolute times on a shared machine are noise, so every figure is a ratio of two medians
+measured in the same process, with the repetitions of all sides interleaved (the order
+rotates each round). Workloads:
+
+1. Writing blobs into an archive (``archive[key] = blob`` into an ``IndexedTarArchive`` in a
+   temporary directory, close included: metadata, index, header block) vs raw sequential
+   ``os.write`` of the same blobs back to back into one file. The blobs are incompressible,
+   generated in memory beforehand, ~1 MB (0.8-1.2 MB) and ~256 KiB (0.8-1.2 x 256 KiB),
+   the same total size. Neither side calls ``fsync`` (both measure writing into the page
+   cache); files are deleted between runs, untimed. Target: archive >= 0.8 x raw.
+2. Encoding a float32 volume (default (64, 1024, 1024) = 256 MiB; sinusoids plus small
+   noise, so blosc-lz4 compresses it somewhat) in chunks of (4, 1024, 1024):
+   ``EncodedArray.encode`` on 1 thread (one call, all chunks) and on 2 threads (a
+   ``ThreadPoolExecutor`` encoding each chunk's slab as its own ``EncodedArray``; also two
+   slabs of half the volume each) vs the Blosc encode limit: ``numcodecs.blosc.compress``
+   (lz4, level 5, bit-shuffle, automatic block size, typesize 4) called directly on the same
+   contiguous chunk views, no copies, on 1 and 2 threads. Targets: 2-thread encode >= 0.8 x
+   the 2-thread limit; 2-thread encode >= 1.6 x 1-thread encode.
+3. Storing the encoded volume: ``IndexedTarZarrStore`` (open, root group,
+   ``create_encoded_array``, ``consolidate``, close) vs raw ``os.write`` of its chunk records
+   back to back into one file (target by analogy with 1: >= 0.8 x raw).
+
+Prints one table (ratio of medians, the target, and for judging interference from other
+processes the same ratio of the fastest runs, "best"); ``--json PATH`` also writes the
+results.
+
+Run from the repository root::
+
+    .venv/bin/python scripts/bench_write.py              # full run (well under 2 min)
+    .venv/bin/python scripts/bench_write.py --quick      # small, fast run (smoke test, < 20 s)
+    .venv/bin/python scripts/bench_write.py --json bench_write.json
+
+Temporary files live in a temporary directory (``--tmpdir`` to choose where; it should be
+on the disk the archives are meant for) removed at the end. Another process using the CPU
+skews the thread ratios: the table header shows the load average, and the row "2-thread
+limit speedup" shows what the machine itself gained from a second thread in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numcodecs.blosc
+import numpy as np
+import zarr
+
+import ncore_like
+from ncore_like import BloscCompression, EncodedArray, IndexedTarArchive, IndexedTarZarrStore
+
+MB = 1_000_000
+KIB = 1024
+COMPRESSION = BloscCompression(cname="lz4", clevel=5, shuffle="bitshuffle", blocksize=0)
+BITSHUFFLE = 2
+
+Volume = np.ndarray[Any, np.dtype[np.float32]]
+NOTES: list[str] = []  # warnings printed below the table (e.g. a busy machine)
+
+
+# -- configuration and results ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of the workloads (defaults: the full run; :func:`quick_config`: the smoke run)."""
+
+    blobs: int = 300
+    blob_size: int = 1_000_000
+    small_blob_size: int = 256 * KIB
+    blob_spread: float = 0.2  # sizes uniform in [(1 - spread) x size, (1 + spread) x size]
+    write_repeats: int = 9
+    volume_shape: tuple[int, int, int] = (64, 1024, 1024)
+    chunk_planes: int = 4
+    encode_repeats: int = 11
+    store_repeats: int = 9
+    seed: int = 0
+
+
+def quick_config(seed: int) -> Config:
+    """A small configuration that runs in a few seconds."""
+    return Config(
+        blobs=60, write_repeats=3, volume_shape=(16, 1024, 1024), encode_repeats=3, store_repeats=3, seed=seed
+    )
+
+
+@dataclass
+class Row:
+    """One line of the result table."""
+
+    workload: str
+    measure: str
+    ratio: float | None
+    ratio_label: str
+    target: str
+    ok: bool | None
+    raw: dict[str, float] = field(default_factory=dict)
+    detail: str = ""
+    best_ratio: float | None = None
+    """The same ratio of the fastest runs (interference from other processes only adds
+    time, so this is what each side can do on this machine)."""
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _gbps(size: int, seconds: float) -> str:
+    return f"{size / seconds / 1e9:.2f} GB/s"
+
+
+class Timings(dict[str, float]):
+    """Median wall times by name; :attr:`minima` holds the fastest run of each."""
+
+    def __init__(self, samples: dict[str, list[float]]) -> None:
+        super().__init__({name: statistics.median(values) for name, values in samples.items()})
+        self.minima = {name: min(values) for name, values in samples.items()}
+
+    def add(self, name: str, values: Sequence[float]) -> None:
+        self[name] = statistics.median(values)
+        self.minima[name] = min(values)
+
+
+def median_times(
+    functions: dict[str, Callable[[], object]],
+    repeats: int,
+    after: Callable[[], None] | None = None,
+) -> Timings:
+    """Median wall time of each function, the repetitions of all functions interleaved
+    (the order rotates each round, so no side always runs first). ``after`` runs untimed
+    after every call (e.g. deleting the file written); garbage is collected untimed before
+    every call and the collector is off while timing."""
+    names = list(functions)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            function = functions[name]
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                result = function()
+                samples[name].append(time.perf_counter() - start)
+            finally:
+                gc.enable()
+            del result
+            if after is not None:
+                after()
+    return Timings(samples)
+
+
+def ratio_row(
+    workload: str,
+    measure: str,
+    times: Timings,
+    ours: str,
+    reference: str,
+    label: str,
+    minimum: float | None,
+    detail: str,
+    *,
+    speedup: bool = False,
+) -> Row:
+    """A row of ``times[reference] / times[ours]`` (a throughput ratio: higher is better)."""
+    ratio = times[reference] / times[ours]
+    return Row(
+        workload,
+        measure,
+        ratio,
+        label,
+        "info" if minimum is None else f">= {minimum:.2f}x",
+        None if minimum is None else ratio >= minimum,
+        {f"{name}_s": seconds for name, seconds in times.items() if name in (ours, reference)}
+        | {f"{name}_min_s": times.minima[name] for name in (ours, reference)},
+        detail,
+        times.minima[reference] / times.minima[ours],
+    )
+
+
+# -- workload 1: blobs ----------------------------------------------------------------------
+
+
+def make_blobs(rng: np.random.Generator, count: int, mean: int, spread: float) -> list[bytes]:
+    """``count`` incompressible blobs of sizes uniform around ``mean``, each its own object."""
+    low, high = int(mean * (1 - spread)), int(mean * (1 + spread))
+    return [rng.bytes(int(size)) for size in rng.integers(low, high + 1, size=count)]
+
+
+def write_raw(path: Path, buffers: Sequence[bytes]) -> None:
+    """The buffers back to back into a new file with ``os.write`` (no fsync)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        for buffer in buffers:
+            view = memoryview(buffer)
+            while view:
+                view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def write_archive(path: Path, keys: Sequence[str], blobs: Sequence[bytes]) -> None:
+    """The blobs as records of a new archive (close included)."""
+    with IndexedTarArchive(path, mode="w") as archive:
+        for key, blob in zip(keys, blobs, strict=True):
+            archive[key] = blob
+
+
+def unlink_all(*paths: Path) -> Callable[[], None]:
+    def unlink() -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+    return unlink
+
+
+def bench_blobs(tmp: Path, config: Config, rng: np.random.Generator) -> list[Row]:
+    rows: list[Row] = []
+    big = make_blobs(rng, config.blobs, config.blob_size, config.blob_spread)
+    total = sum(len(blob) for blob in big)
+    count = max(2, round(total / config.small_blob_size))
+    small = make_blobs(rng, count, config.small_blob_size, config.blob_spread)
+    raw_path, archive_path = tmp / "raw.bin", tmp / "blobs.itar"
+    for label, blobs in ((f"~1 MB blobs ({len(big)})", big), (f"~256 KiB blobs ({len(small)})", small)):
+        keys = [f"frames/{index:06d}" for index in range(len(blobs))]
+        size = sum(len(blob) for blob in blobs)
+        write_archive(archive_path, keys, blobs)  # warm-up, and a check of what was written
+        with IndexedTarArchive(archive_path) as archive:
+            assert archive[keys[-1]] == blobs[-1]
+            overhead = archive_path.stat().st_size - size
+        archive_path.unlink()
+        times = median_times(
+            {
+                "raw": lambda blobs=blobs: write_raw(raw_path, blobs),  # type: ignore[misc]
+                "archive": lambda blobs=blobs, keys=keys: write_archive(archive_path, keys, blobs),  # type: ignore[misc]
+            },
+            config.write_repeats,
+            after=unlink_all(raw_path, archive_path),
+        )
+        rows.append(
+            ratio_row(
+                "1 write blobs",
+                f"{label}, {size / MB:.0f} MB",
+                times,
+                "archive",
+                "raw",
+                "archive/raw write throughput",
+                0.8,
+                f"raw {_ms(times['raw'])} ({_gbps(size, times['raw'])}), archive {_ms(times['archive'])} "
+                f"({_gbps(size, times['archive'])}); archive file +{overhead / len(blobs):.0f} B/record",
+            )
+        )
+    return rows
+
+
+# -- workload 2: encoding -------------------------------------------------------------------
+
+
+def make_volume(shape: tuple[int, int, int], rng: np.random.Generator) -> Volume:
+    """A smooth-ish float32 volume: a sum of sinusoids plus small noise."""
+    depth, height, width = shape
+    volume: Volume = rng.standard_normal(shape, dtype=np.float32)
+    volume *= np.float32(0.002)
+    y = np.linspace(0.0, 6 * math.pi, height, dtype=np.float32)[:, None]
+    x = np.linspace(0.0, 10 * math.pi, width, dtype=np.float32)[None, :]
+    plane = (np.sin(y) * np.cos(x) + 0.5 * np.sin(0.3 * x + 0.7 * y)).astype(np.float32)
+    for index in range(depth):
+        volume[index] += plane * np.float32(1.0 + 0.1 * math.sin(0.2 * index))
+    return volume
+
+
+def chunk_views(volume: Volume, planes: int) -> list[Volume]:
+    """The chunks of ``(planes, *rest)`` as contiguous views (no copies)."""
+    views = [volume[start : start + planes] for start in range(0, volume.shape[0], planes)]
+    assert all(view.flags.c_contiguous and view.base is not None for view in views)
+    return views
+
+
+def blosc_limit(chunk: Volume) -> bytes:
+    """The Blosc encode limit of one chunk: numcodecs compressing it directly."""
+    return numcodecs.blosc.compress(chunk, b"lz4", 5, BITSHUFFLE, 0, chunk.dtype.itemsize)  # type: ignore[no-any-return]
+
+
+def encode_whole(volume: Volume, chunks: tuple[int, ...]) -> EncodedArray:
+    return EncodedArray.encode(volume, chunks=chunks, compression=COMPRESSION)
+
+
+def encode_single(chunk: Volume) -> EncodedArray:
+    return EncodedArray.encode(chunk, chunks="single", compression=COMPRESSION)
+
+
+def bench_encode(config: Config, rng: np.random.Generator) -> tuple[list[Row], EncodedArray]:
+    volume = make_volume(config.volume_shape, rng)
+    chunks = (config.chunk_planes, *config.volume_shape[1:])
+    views = chunk_views(volume, config.chunk_planes)
+    half = len(views) // 2 * config.chunk_planes
+    slabs = [volume[:half], volume[half:]]
+    encoded = encode_whole(volume, chunks)
+    limit = [blosc_limit(view) for view in views]
+    assert [encoded.chunk_records[(index, 0, 0)] for index in range(len(views))] == limit  # byte-identical
+    compressed = sum(len(record) for record in limit)
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(encode_single, views))  # warm both workers
+        cpu: dict[str, list[float]] = {}
+
+        def timed_cpu(name: str, function: Callable[[], object]) -> Callable[[], object]:
+            def run() -> object:  # process CPU time too: shows other processes taking the CPU
+                start = time.process_time()
+                result = function()
+                cpu.setdefault(name, []).append(time.process_time() - start)
+                return result
+
+            return run
+
+        functions: dict[str, Callable[[], object]] = {
+            "limit_1": lambda: [blosc_limit(view) for view in views],
+            "encode_1": lambda: encode_whole(volume, chunks),
+            "limit_2": lambda: list(pool.map(blosc_limit, views)),
+            "encode_2": lambda: list(pool.map(encode_single, views)),
+            "encode_2_slabs": lambda: list(pool.map(lambda slab: encode_whole(slab, chunks), slabs)),
+        }
+        times = median_times(
+            {name: timed_cpu(name, function) for name, function in functions.items()}, config.encode_repeats
+        )
+    cpu_median = {name: statistics.median(values) for name, values in cpu.items()}
+    nbytes = volume.nbytes
+
+    def detail(ours: str, reference: str) -> str:
+        return (
+            f"{reference} {_ms(times[reference])} ({_gbps(nbytes, times[reference])}, "
+            f"cpu {_ms(cpu_median[reference])}), {ours} {_ms(times[ours])} ({_gbps(nbytes, times[ours])}, "
+            f"cpu {_ms(cpu_median[ours])})"
+        )
+
+    cores = cpu_median["limit_2"] / times["limit_2"]  # CPUs this process got while both threads ran
+    what = f"{nbytes / 2**20:.0f} MiB, {len(views)} chunks, lz4 ratio {nbytes / compressed:.2f}"
+    workload = "2 encode volume"
+    rows = [
+        ratio_row(workload, f"2 threads, chunk slabs ({what})", times, "encode_2", "limit_2",
+                  "encode/limit, 2 threads", 0.8, detail("encode_2", "limit_2")),
+        ratio_row(workload, "2 threads vs 1 thread, chunk slabs", times, "encode_2", "encode_1",
+                  "encode speedup 2 vs 1 thread", 1.6, detail("encode_2", "encode_1")),
+        ratio_row(workload, "2 threads, 2 half-volume slabs", times, "encode_2_slabs", "limit_2",
+                  "encode/limit, 2 threads", 0.8, detail("encode_2_slabs", "limit_2")),
+        ratio_row(workload, "2 threads vs 1 thread, 2 half-volume slabs", times, "encode_2_slabs", "encode_1",
+                  "encode speedup 2 vs 1 thread", 1.6, detail("encode_2_slabs", "encode_1")),
+        ratio_row(workload, "1 thread, one call", times, "encode_1", "limit_1",
+                  "encode/limit, 1 thread", None, detail("encode_1", "limit_1")),
+        ratio_row(workload, "2-thread limit speedup (the machine, this run)", times, "limit_2", "limit_1",
+                  "limit speedup 2 vs 1 thread", None,
+                  f"{detail('limit_2', 'limit_1')}; {cores:.2f} of 2 CPUs ours during limit_2"),
+    ]  # fmt: skip
+    if times["limit_1"] / times["limit_2"] < 1.6 or cores < 1.6:
+        NOTES.append(
+            f"the machine itself gained only {times['limit_1'] / times['limit_2']:.2f}x from a second thread "
+            f"(this process got {cores:.2f} of 2 CPUs during the 2-thread limit): another process is using the "
+            "CPU, so the 2-vs-1-thread ratios of this run say little; rerun on an idle machine"
+        )
+    return rows, encoded
+
+
+# -- workload 3: storing the encoded volume ----------------------------------------------------
+
+
+def store_encoded(path: Path, encoded: EncodedArray, phases: dict[str, list[float]]) -> None:
+    """The encoded volume as array ``volume`` of a new store (consolidated, closed)."""
+    start = time.perf_counter()
+    store = IndexedTarZarrStore(path, mode="w")
+    try:
+        root = store.create_root_group({}, zarr_format=2)
+        before = time.perf_counter()
+        root.create_encoded_array("volume", encoded)
+        phases.setdefault("create_encoded_array", []).append(time.perf_counter() - before)
+        store.consolidate()
+    finally:
+        store.close()
+    phases.setdefault("store_total", []).append(time.perf_counter() - start)
+
+
+def bench_store(tmp: Path, encoded: EncodedArray, config: Config) -> list[Row]:
+    records = [encoded.chunk_records[coords] for coords in sorted(encoded.chunk_records)]
+    size = sum(len(record) for record in records)
+    raw_path, store_path = tmp / "records.bin", tmp / "volume.itar"
+    phases: dict[str, list[float]] = {}
+    store_encoded(store_path, encoded, phases)  # warm-up
+    with IndexedTarZarrStore(store_path) as store:
+        assert store.archive["volume/0.0.0"] == records[0]  # type: ignore[attr-defined]
+    store_path.unlink()
+    phases.clear()
+    times = median_times(
+        {"raw": lambda: write_raw(raw_path, records), "store": lambda: store_encoded(store_path, encoded, phases)},
+        config.store_repeats,
+        after=unlink_all(raw_path, store_path),
+    )
+    times.add("create_encoded_array", phases["create_encoded_array"])
+    what = f"{len(records)} records, {size / MB:.0f} MB"
+    return [
+        ratio_row(
+            "3 store encoded",
+            f"create_encoded_array alone ({what})",
+            times,
+            "create_encoded_array",
+            "raw",
+            "create_encoded_array/raw throughput",
+            0.8,
+            f"raw {_ms(times['raw'])} ({_gbps(size, times['raw'])}), create_encoded_array "
+            f"{_ms(times['create_encoded_array'])} ({_gbps(size, times['create_encoded_array'])})",
+        ),
+        ratio_row(
+            "3 store encoded",
+            "open + create_encoded_array + consolidate + close",
+            times,
+            "store",
+            "raw",
+            "store/raw throughput",
+            0.8,
+            f"raw {_ms(times['raw'])}, store total {_ms(times['store'])}",
+        ),
+    ]
+
+
+# -- driver ---------------------------------------------------------------------------------------
+
+
+def format_table(rows: list[Row]) -> str:
+    header = ("workload", "measure", "ratio", "best", "of", "target", "ok", "raw medians / details")
+    table = [
+        (
+            row.workload,
+            row.measure,
+            "-" if row.ratio is None else f"{row.ratio:.2f}x",
+            "-" if row.best_ratio is None else f"{row.best_ratio:.2f}x",
+            row.ratio_label,
+            row.target,
+            "" if row.ok is None else ("ok" if row.ok else "MISS"),
+            row.detail,
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[column]) for line in [header, *table]) for column in range(len(header) - 1)]
+    lines = []
+    for line in [header, *table]:
+        cells = [cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)]
+        lines.append("  ".join([*cells, line[-1]]).rstrip())
+    lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small, fast run (smoke test, < 20 s)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (blob sizes and contents, volume noise)")
+    parser.add_argument("--tmpdir", type=Path, default=None, help="where to create the temporary directory")
+    parser.add_argument(
+        "--only",
+        choices=("blobs", "encode", "store"),
+        action="append",
+        help="run only these workloads (repeatable; default: all; store encodes the volume once)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = quick_config(args.seed) if args.quick else Config(seed=args.seed)
+    only = set(args.only or ("blobs", "encode", "store"))
+    rng = np.random.default_rng(config.seed)
+    rows: list[Row] = []
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-write-", dir=args.tmpdir))
+    try:
+        if "blobs" in only:
+            rows += bench_blobs(tmp, config, rng)
+        if only & {"encode", "store"}:
+            if "encode" in only:
+                encode_rows, encoded = bench_encode(config, rng)
+                rows += encode_rows
+            else:
+                volume = make_volume(config.volume_shape, rng)
+                encoded = encode_whole(volume, (config.chunk_planes, *config.volume_shape[1:]))
+                del volume
+            if "store" in only:
+                rows += bench_store(tmp, encoded, config)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    load_after = os.getloadavg()
+    print(
+        f"bench_write: ncore_like {ncore_like.__version__}, zarr {zarr.__version__}, numcodecs "
+        f"{numcodecs.__version__}, numpy {np.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, load avg {load_before[0]:.2f} -> {load_after[0]:.2f}, "
+        f"{'quick' if args.quick else 'full'} run in {elapsed:.1f} s "
+        "(ratio: of medians measured side by side; best: of the fastest runs)"
+    )
+    print(format_table(rows))
+    for note in NOTES:
+        print(f"note: {note}")
+    if args.json is not None:
+        result = {
+            "config": asdict(config),
+            "quick": args.quick,
+            "elapsed_s": elapsed,
+            "load_average": {"before": load_before[0], "after": load_after[0]},
+            "versions": {
+                "ncore_like": ncore_like.__version__,
+                "zarr": zarr.__version__,
+                "numcodecs": numcodecs.__version__,
+                "numpy": np.__version__,
+                "python": platform.python_version(),
+            },
+            "cpus": os.cpu_count(),
+            "rows": [asdict(row) for row in rows],
+            "notes": NOTES,
+        }
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
