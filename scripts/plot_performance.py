@@ -1,0 +1,320 @@
+"""Render the benchmark results kept in ``docs/data/`` for the documentation.
+
+Reads the JSON files that the benchmark scripts write with ``--json``
+(``bench_archive.json``, ``bench_read.json``, ``bench_write.json``; whichever exist) and
+
+* draws ``docs/img/performance.png``: every measured ratio as a horizontal bar, coloured by
+  whether it meets its target, with the target drawn as a tick where it is a ratio too;
+* rewrites the tables of ``docs/performance.md`` between its marker comments
+  (``<!-- benchmark-table: NAME -->`` ... ``<!-- end benchmark-table -->``), so the page
+  always shows the figures of the JSON files next to it. A benchmark without a JSON file
+  gets a placeholder saying how to produce it.
+
+Run from the repository root after a benchmark run::
+
+    .venv/bin/python scripts/bench_archive.py --json docs/data/bench_archive.json
+    .venv/bin/python scripts/plot_performance.py            # plot + tables
+    .venv/bin/python scripts/plot_performance.py --check    # exit 1 if the page is stale
+
+``tests/test_docs.py`` runs the ``--check`` logic, so a JSON file refreshed without
+re-rendering the page fails the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window (and no display needed)
+
+from matplotlib.figure import Figure  # after choosing the backend
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS: tuple[str, ...] = ("bench_archive", "bench_read", "bench_write")
+TITLES: Mapping[str, str] = {
+    "bench_archive": "Archive: records, opening, remote latency, store opening",
+    "bench_read": "Typed read path: volumes, frames, remote reads, memory",
+    "bench_write": "Writing: blobs, encoding on threads, storing",
+}
+_TABLE_START = re.compile(r"<!-- benchmark-table: (?P<name>[a-z_]+) -->\n")
+_TABLE_END = "<!-- end benchmark-table -->"
+#: A target a ratio can be drawn against: ">= 0.90x", "<= 2.00x", "<= 3 RTT", "~1x, ...".
+#: Targets in other units (e.g. "<= 3 ms") are shown in the tables only.
+_RATIO_TARGET = re.compile(r"^\s*(?P<op>>=|<=|~)\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>x|RTT)\b")
+_COLOURS: Mapping[bool | None, str] = {True: "#2e7d32", False: "#c62828", None: "#9e9e9e"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a benchmark's result table."""
+
+    workload: str
+    measure: str
+    ratio: float | None
+    ratio_label: str
+    target: str
+    ok: bool | None
+    detail: str
+    best_ratio: float | None = None
+    """The same ratio of the fastest runs of both sides, if the script reports it."""
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> Row:
+        ratio = row.get("ratio")
+        best = row.get("best_ratio")
+        ok = row.get("ok")
+        return cls(
+            workload=str(row.get("workload", "")),
+            measure=str(row.get("measure", "")),
+            ratio=float(ratio) if isinstance(ratio, int | float) and math.isfinite(ratio) else None,
+            ratio_label=str(row.get("ratio_label", "")),
+            target=str(row.get("target", "") or ""),
+            ok=ok if isinstance(ok, bool) else None,
+            detail=str(row.get("detail", "") or ""),
+            best_ratio=float(best) if isinstance(best, int | float) and math.isfinite(best) else None,
+        )
+
+    @property
+    def ratio_target(self) -> float | None:
+        """The target as a value on the ratio's own scale, if it is one."""
+        match = _RATIO_TARGET.match(self.target)
+        return float(match["value"]) if match else None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """The results of one benchmark script (one JSON file)."""
+
+    name: str
+    rows: tuple[Row, ...]
+    cpus: int | None
+    elapsed_s: float | None
+    quick: bool
+    versions: Mapping[str, str]
+    load_average: tuple[float, float] | None = None
+    """1-minute load average before and after the run, if the script recorded it."""
+    notes: tuple[str, ...] = ()
+    """Caveats the script printed about this run."""
+
+    @classmethod
+    def load(cls, path: Path) -> Benchmark:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise ValueError(f"{path}: not a benchmark result (no list of rows)")
+        cpus = data.get("cpus")
+        elapsed = data.get("elapsed_s")
+        versions = data.get("versions")
+        load = data.get("load_average")
+        notes = data.get("notes")
+        return cls(
+            name=path.stem,
+            rows=tuple(Row.from_json(row) for row in data["rows"] if isinstance(row, dict)),
+            cpus=cpus if isinstance(cpus, int) else None,
+            elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else None,
+            quick=bool(data.get("quick", False)),
+            versions={str(key): str(value) for key, value in versions.items()} if isinstance(versions, dict) else {},
+            load_average=(float(load["before"]), float(load["after"]))
+            if isinstance(load, dict) and {"before", "after"} <= load.keys()
+            else None,
+            notes=tuple(str(note) for note in notes) if isinstance(notes, list) else (),
+        )
+
+
+def load_benchmarks(folder: Path) -> dict[str, Benchmark]:
+    """The results present in ``folder``, by benchmark name, in :data:`BENCHMARKS` order."""
+    return {name: Benchmark.load(folder / f"{name}.json") for name in BENCHMARKS if (folder / f"{name}.json").is_file()}
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    """Markdown table cell text: what would start markup is escaped (``|``, ``*``, backticks,
+    underscores at word boundaries, ``<`` before a letter), the rest left readable."""
+    text = " ".join(text.split())
+    text = re.sub(r"([\\`*|])", r"\\\1", text)
+    text = re.sub(r"(?<!\w)_|_(?!\w)", r"\\_", text)
+    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)
+
+
+def _run_line(benchmark: Benchmark) -> str:
+    parts = [f"{name} {version}" for name, version in benchmark.versions.items()]
+    if benchmark.cpus is not None:
+        parts.append(f"{benchmark.cpus} CPUs")
+    if benchmark.load_average is not None:
+        before, after = benchmark.load_average
+        parts.append(f"load average {before:.2f} before and {after:.2f} after")
+    kind = "quick run (smoke test, small sizes)" if benchmark.quick else "full run"
+    if benchmark.elapsed_s is not None:
+        kind += f" of {benchmark.elapsed_s:.0f} s"
+    parts.append(kind)
+    return f"Run of `scripts/{benchmark.name}.py`: " + ", ".join(parts) + "."
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def render_table(name: str, benchmark: Benchmark | None) -> str:
+    """The Markdown of one benchmark's section body (a table, or a placeholder). The "best"
+    column (the ratio of the fastest runs) appears when the script reports it."""
+    if benchmark is None:
+        return (
+            '!!! note "To be filled by the next benchmark run"\n'
+            f"    `docs/data/{name}.json` is not there yet. Produce it with\n"
+            f"    `.venv/bin/python scripts/{name}.py --json docs/data/{name}.json`, then run\n"
+            "    `.venv/bin/python scripts/plot_performance.py` to fill in this table and the plot.\n"
+        )
+    best = any(row.best_ratio is not None for row in benchmark.rows)
+    lines = [
+        _run_line(benchmark),
+        "",
+        "| workload | measure | ratio |" + (" best |" if best else "") + " ratio of | target | met | details |",
+        "|---|---|--:|" + ("--:|" if best else "") + "---|---|:-:|---|",
+    ]
+    for row in benchmark.rows:
+        cells = [_cell(row.workload), _cell(row.measure), _ratio(row.ratio)]
+        if best:
+            cells.append(_ratio(row.best_ratio))
+        met = {True: "yes", False: "**no**", None: ""}[row.ok]
+        cells += [_cell(row.ratio_label), _cell(row.target), met, _cell(row.detail)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if benchmark.notes:
+        lines.append("")
+        lines += [
+            f"Note from the run: {_cell(note)}" if len(benchmark.notes) == 1 else f"- {_cell(note)}"
+            for note in benchmark.notes
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def update_tables(page: str, benchmarks: Mapping[str, Benchmark]) -> str:
+    """``page`` with the body of every marked table section rendered from ``benchmarks``."""
+    pieces: list[str] = []
+    position = 0
+    for match in _TABLE_START.finditer(page):
+        if match.start() < position:
+            continue  # a start marker inside a section being replaced
+        end = page.find(_TABLE_END, match.end())
+        if end < 0:
+            raise ValueError(f"benchmark table {match['name']!r} has no {_TABLE_END!r} marker")
+        name = match["name"]
+        pieces += [page[position : match.end()], "\n", render_table(name, benchmarks.get(name)), "\n"]
+        position = end
+    pieces.append(page[position:])
+    return "".join(pieces)
+
+
+# -- plot -----------------------------------------------------------------------------------
+
+
+def _label(row: Row, width: int = 70) -> str:
+    text = f"{row.workload}: {row.measure}"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def plot(benchmarks: Mapping[str, Benchmark], path: Path) -> None:
+    """Draws every ratio of ``benchmarks`` against its target into a PNG at ``path``."""
+    drawn = {name: [row for row in bench.rows if row.ratio is not None] for name, bench in benchmarks.items()}
+    drawn = {name: rows for name, rows in drawn.items() if rows}
+    counts = [len(rows) for rows in drawn.values()] or [1]
+    figure = Figure(figsize=(12, 1.2 + 0.34 * sum(counts) + 0.9 * len(counts)), layout="constrained")
+    if not drawn:
+        axes = figure.add_subplot()
+        axes.text(0.5, 0.5, "no benchmark results in docs/data/ yet", ha="center", va="center")
+        axes.set_axis_off()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=110, metadata={"Software": None})
+        return
+    grid = figure.add_gridspec(len(drawn), 1, height_ratios=counts)
+    cpus = sorted({bench.cpus for bench in benchmarks.values() if bench.cpus is not None})
+    figure.suptitle(
+        "ncore_like benchmarks: ratios measured side by side in one run"
+        + (f" ({', '.join(map(str, cpus))} CPUs)" if cpus else ""),
+        fontsize=12,
+    )
+    for slot, (name, rows) in enumerate(drawn.items()):
+        axes = figure.add_subplot(grid[slot])
+        positions = list(range(len(rows)))
+        ratios = [row.ratio for row in rows if row.ratio is not None]
+        axes.barh(positions, ratios, color=[_COLOURS[row.ok] for row in rows], height=0.6)
+        for position, row in zip(positions, rows, strict=True):
+            target = row.ratio_target
+            if target is not None:
+                axes.plot([target], [position], marker="|", markersize=16, markeredgewidth=2.5, color="black")
+            assert row.ratio is not None
+            axes.annotate(
+                f"{row.ratio:.2f}x  ({row.ratio_label}{'; target ' + row.target if row.target else ''})",
+                (max(row.ratio, target or 0.0), position),  # right of the bar and of its tick
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=7,
+            )
+        axes.set_yticks(positions, [_label(row) for row in rows], fontsize=8)
+        axes.invert_yaxis()
+        axes.set_xscale("log")
+        low = min([*ratios, *(t for t in (row.ratio_target for row in rows) if t is not None)])
+        high = max([*ratios, *(t for t in (row.ratio_target for row in rows) if t is not None)])
+        axes.set_xlim(min(0.5, low / 1.5), high * 10)  # room for the annotations on the right
+        axes.axvline(1.0, color="#616161", linewidth=0.8, linestyle=":")
+        axes.set_title(TITLES.get(name, name) + f"  (scripts/{name}.py)", fontsize=10, loc="left")
+        axes.grid(axis="x", which="both", alpha=0.25)
+    figure.legend(
+        handles=[
+            Patch(color=_COLOURS[True], label="meets its target"),
+            Patch(color=_COLOURS[False], label="misses its target"),
+            Patch(color=_COLOURS[None], label="context (no target)"),
+            Line2D([], [], color="black", marker="|", linestyle="", markersize=12, label="target (ratio targets)"),
+        ],
+        loc="outside lower center",
+        ncols=4,
+        fontsize=8,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110, metadata={"Software": None})
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=REPO / "docs" / "data", help="folder of the JSON results")
+    parser.add_argument("--page", type=Path, default=REPO / "docs" / "performance.md", help="page with the tables")
+    parser.add_argument("--image", type=Path, default=REPO / "docs" / "img" / "performance.png", help="plot to write")
+    parser.add_argument("--check", action="store_true", help="only check that the page's tables are up to date")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    benchmarks = load_benchmarks(args.data)
+    page = args.page.read_text(encoding="utf-8")
+    updated = update_tables(page, benchmarks)
+    if args.check:
+        if updated != page:
+            print(f"{args.page} is out of date with {args.data}: run scripts/plot_performance.py", file=sys.stderr)
+            return 1
+        return 0
+    if updated != page:
+        args.page.write_text(updated, encoding="utf-8")
+    plot(benchmarks, args.image)
+    found = ", ".join(benchmarks) or "none"
+    print(f"results found: {found}; wrote {args.image} and the tables of {args.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""The documentation works: its Python examples run and the site builds cleanly.
+
+* Every ```` ```python ```` block of a page runs, in page order, in one namespace per page
+  and in a fresh temporary working directory per page (examples write relative paths such
+  as ``"sequence.itar"``). A block whose first line is exactly one of :data:`SKIP_MARKERS`
+  is not run (it needs a server or a package the test environment lacks).
+* ``mkdocs build --strict`` builds the site without warnings.
+* The benchmark tables of ``performance.md`` are those ``scripts/plot_performance.py``
+  renders from ``docs/data/*.json`` (the page is regenerated whenever the figures change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+SKIP_MARKERS = ("# not run: needs a server", "# not run: needs torch")
+_FENCE_OPEN = re.compile(r"^(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)")
+
+
+@dataclass(frozen=True)
+class CodeBlock:
+    """A fenced code block of a documentation page."""
+
+    page: str
+    line: int
+    """1-based line of the opening fence."""
+    language: str
+    source: str
+
+    @property
+    def skipped(self) -> bool:
+        first = self.source.split("\n", 1)[0].rstrip()
+        return first in SKIP_MARKERS
+
+    @property
+    def label(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def code_blocks(path: Path) -> list[CodeBlock]:
+    """The top-level fenced code blocks of a Markdown page, in order.
+
+    Only fences starting at column 0 count: the examples are written that way, and a block
+    indented inside a list or an admonition is shown, not run.
+    """
+    blocks: list[CodeBlock] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    index = 0
+    while index < len(lines):
+        match = _FENCE_OPEN.match(lines[index])
+        if match is None:
+            index += 1
+            continue
+        fence, start = match["fence"], index
+        body: list[str] = []
+        index += 1
+        while index < len(lines) and not (
+            lines[index].startswith(fence[0] * len(fence)) and not lines[index].strip(fence[0]).strip()
+        ):
+            body.append(lines[index])
+            index += 1
+        if index >= len(lines):
+            raise AssertionError(f"{path.name}:{start + 1}: code block is never closed")
+        blocks.append(CodeBlock(path.name, start + 1, match["info"].lower(), "\n".join(body) + "\n"))
+        index += 1
+    return blocks
+
+
+def _pages() -> list[Path]:
+    return sorted(DOCS.glob("*.md"))
+
+
+def _python_pages() -> list[Path]:
+    return [page for page in _pages() if any(block.language == "python" for block in code_blocks(page))]
+
+
+def test_every_page_is_checked() -> None:
+    names = {page.name for page in _pages()}
+    assert {
+        "index.md",
+        "quickstart.md",
+        "format.md",
+        "api.md",
+        "remote.md",
+        "processes.md",
+        "cli.md",
+        "performance.md",
+    } <= names
+
+
+def test_code_block_parser(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n"
+        "```python\nx = 1\n```\n"
+        "```text\n```python\nnot a fence of its own\n```\n"
+        "````python\n# not run: needs a server\n```\ninner\n```\n````\n"
+        "    ```python\n    indented = True\n    ```\n",
+        encoding="utf-8",
+    )
+    blocks = code_blocks(page)
+    assert [(block.line, block.language, block.skipped) for block in blocks] == [
+        (2, "python", False),
+        (5, "text", False),
+        (9, "python", True),
+    ]
+    assert blocks[0].source == "x = 1\n"
+    assert blocks[1].source == "```python\nnot a fence of its own\n"
+    assert blocks[2].source == "# not run: needs a server\n```\ninner\n```\n"
+
+
+@pytest.mark.parametrize("page", _python_pages(), ids=lambda page: page.name)
+def test_python_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # The page's namespace is a registered module, so functions and classes its examples
+    # define pickle by reference (e.g. tasks sent to a fork-based process pool).
+    module = ModuleType(f"docs_{page.stem}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    ran = 0
+    for block in code_blocks(page):
+        if block.language != "python" or block.skipped:
+            continue
+        code = compile(block.source, f"<{block.label}>", "exec")
+        try:
+            exec(code, module.__dict__)
+        except BaseException as error:
+            raise AssertionError(f"example at {block.label} failed: {error!r}") from error
+        # An example must leave no event loop running for the next one.
+        with pytest.raises(RuntimeError):
+            asyncio.get_running_loop()
+        ran += 1
+    assert ran, f"{page.name}: every python block is skipped"
+
+
+def test_examples_not_run_still_compile() -> None:
+    """Blocks needing a server or torch are not run, but must be valid Python."""
+    for page in _pages():
+        for block in code_blocks(page):
+            if block.language == "python" and block.skipped:
+                compile(block.source, f"<{block.label}>", "exec")
+
+
+def test_skip_markers_are_exact() -> None:
+    """A block meant to be skipped but misspelling its marker would run (and fail); one
+    mentioning "not run" anywhere else would be a typo too."""
+    for page in _pages():
+        for block in code_blocks(page):
+            first = block.source.split("\n", 1)[0].strip()
+            if "not run" in first.lower():
+                assert first in SKIP_MARKERS, f"{block.label}: unknown skip marker {first!r}"
+
+
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    completed = subprocess.run(
+        [
+            str(mkdocs),
+            "build",
+            "--strict",
+            "--clean",
+            "--config-file",
+            str(REPO / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        cwd=REPO,
+        # mkdocs-material announces its end of life in a banner that contains "WARNING";
+        # the variable named in that banner turns it off (build warnings still show).
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    assert "WARNING" not in output, output
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
+def _plot_script() -> ModuleType:
+    path = REPO / "scripts" / "plot_performance.py"
+    spec = importlib.util.spec_from_file_location("plot_performance", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_performance_tables_match_the_benchmark_data() -> None:
+    plot = _plot_script()
+    page = DOCS / "performance.md"
+    current = page.read_text(encoding="utf-8")
+    expected = plot.update_tables(current, plot.load_benchmarks(DOCS / "data"))
+    assert current == expected, (
+        "docs/performance.md is out of date with docs/data/*.json: run .venv/bin/python scripts/plot_performance.py"
+    )
+
+
+def test_performance_plot_exists() -> None:
+    assert (DOCS / "img" / "performance.png").is_file(), "run .venv/bin/python scripts/plot_performance.py"
+
+
+# -- the command line page shows the real help --------------------------------------------
+
+
+def _cli_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    from ncore_like.cli import main
+
+    capsys.readouterr()
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_cli_page_matches_the_help(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ncore_like.cli")
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps at the terminal width
+    page = (DOCS / "cli.md").read_text(encoding="utf-8")
+    blocks = [block.source for block in code_blocks(DOCS / "cli.md") if block.language == "text"]
+    top = next(block for block in blocks if block.startswith("$ ncore-like --help\n"))
+    assert _normalised(top.removeprefix("$ ncore-like --help\n")) == _normalised(_cli_help(["--help"], capsys))
+    commands = re.findall(r"^## `ncore-like (\w+)`$", page, flags=re.MULTILINE)
+    assert commands == ["ls", "tree", "info", "cat", "extract", "pack", "verify"]
+    for command in commands:
+        real = _cli_help([command, "--help"], capsys)
+        usage = real.split("\n\n", 1)[0]
+        documented = next((block for block in blocks if block.startswith(f"usage: ncore-like {command} ")), None)
+        assert documented is not None, f"cli.md shows no usage of {command!r}"
+        assert _normalised(documented) == _normalised(usage), f"usage of {command!r} changed:\n{usage}"
