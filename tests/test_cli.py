@@ -606,3 +606,10 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "usage: ncore-like" in result.stdout
     for command in ("ls", "tree", "info", "cat", "extract", "pack", "verify"):
         assert command in result.stdout
+
+
+def test_missing_fsspec_object_says_not_found(capsys: pytest.CaptureFixture[str]) -> None:
+    from ncore_like.cli import main as cli_main
+
+    assert cli_main(["ls", "memory://no-such-archive.itar"]) == 1
+    assert "no such file" in capsys.readouterr().err

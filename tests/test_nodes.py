@@ -551,3 +551,72 @@ def test_groups_of_adapters(tmp_path: Path) -> None:
     np.testing.assert_array_equal(reread.array("x").read((slice(1, 3), 1)), [4, 7])
     assert reread.array("b").read_bytes() == b"bytes"
     assert isinstance(reread.array("x"), Array)
+
+
+# -- behaviour found while documenting -----------------------------------------------------
+
+
+def test_arrays_and_cached_groups_pickle(tmp_path: Path) -> None:
+    import pickle
+
+    data = np.arange(50, dtype=np.int16)
+    with new_store(tmp_path) as store:
+        store.create_root_group({}).create_array("a", data, chunks=(7,))
+        store.consolidate()
+    root = reopen(tmp_path).with_cache(NodeCache(16))
+    array = root.array("a")
+    array.read()  # the backend's memo and statistics are filled: they must not break pickling
+    clone = pickle.loads(pickle.dumps(array))
+    np.testing.assert_array_equal(clone.read(np.s_[3:40]), data[3:40])
+    group = pickle.loads(pickle.dumps(root))
+    assert group.cache is not None and len(group.cache) == 0
+    np.testing.assert_array_equal(group.array("a").read(), data)
+
+
+def test_invalid_selections_name_the_array_and_keep_zarrs_error_class(tmp_path: Path) -> None:
+    with new_store(tmp_path) as store:
+        store.create_root_group({}).create_array("a", np.zeros(32), chunks=(8,))
+        store.consolidate()
+    array = reopen(tmp_path).array("a")
+    with pytest.raises(IndexError) as ours:
+        array.read(40)
+    with pytest.raises(type(ours.value)):
+        array.zarr[40]
+    assert "'a'" in str(ours.value) and "a.itar" in str(ours.value)
+    with pytest.raises(IndexError, match="a.itar"):
+        array.read(40, out=np.zeros((), np.float64))
+
+
+def test_writes_to_read_only_stores_raise_read_only_error(tmp_path: Path) -> None:
+    from ncore_like import ReadOnlyError
+
+    with new_store(tmp_path) as store:
+        store.create_root_group({}).create_array("a", np.zeros(4), chunks=(2,))
+        store.consolidate()
+    root = reopen(tmp_path)
+    with pytest.raises(ReadOnlyError, match="opened for reading"):
+        root.create_group("g")
+    with pytest.raises(ReadOnlyError, match="opened for reading"):
+        root.array("a").write(slice(0, 2), [1, 2])
+
+
+def test_a_write_touching_a_written_chunk_changes_nothing(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    array = store.create_root_group({}).create_empty_array("a", shape=(10,), dtype="i2", chunks=(5,))
+    array.write(np.s_[2:4], [7, 8])
+    with pytest.raises(RecordExistsError) as raised:
+        array.write(np.s_[4:6], [1, 1])  # chunk 0 is written, chunk 1 is not
+    assert raised.value.key == "a/0"
+    store.close()
+    keys = IndexedTarArchive(tmp_path / "a.itar").keys()
+    assert "a/1" not in keys  # nothing of the rejected write was stored
+    np.testing.assert_array_equal(reopen(tmp_path, consolidated=False).array("a").read(), [0, 0, 7, 8, 0] + [0] * 5)
+
+
+async def test_open_async_keeps_no_second_copy_of_records_in_the_tail(tmp_path: Path) -> None:
+    with new_store(tmp_path) as store:
+        store.create_root_group({}).create_array("a", np.zeros(4))
+        store.consolidate()
+    opened = await IndexedTarZarrStore.open_async(tmp_path / "a.itar")
+    assert opened.archive._prefetched == {}  # the consolidated record lies in the tail read
+    assert opened.open_root_group().array("a").shape == (4,)

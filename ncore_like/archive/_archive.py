@@ -245,13 +245,23 @@ class IndexedTarArchive:
 
     def _prefetch(self, keys: tuple[str, ...]) -> None:
         for key in keys:
-            if key in self._positions and key not in self._prefetched:
+            if self._needs_io(key):
                 self._prefetched[key] = self.read(key)
+
+    def _needs_io(self, key: str) -> bool:
+        """True for records that exist and are not held in memory."""
+        position = self._positions.get(key)
+        if position is None or key in self._prefetched:
+            return False
+        offset, size = self._offsets[position], self._sizes[position]
+        return size > 0 and not (self._tail is not None and offset >= self._tail_start)
 
     async def _prefetch_async(self, keys: tuple[str, ...]) -> None:
         import asyncio
 
-        wanted = [key for key in dict.fromkeys(keys) if key in self._positions]
+        # Records of the tail read are in memory already: fetching them again would keep a
+        # second copy that nothing ever reads.
+        wanted = [key for key in dict.fromkeys(keys) if self._needs_io(key)]
         for key, data in zip(wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True):
             self._prefetched[key] = data
 

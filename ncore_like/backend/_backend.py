@@ -78,6 +78,13 @@ class Backend:
         self.stats: Counter[str] = Counter()
         self._stats_lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Arrays pickle with their backend (e.g. into DataLoader workers): the shared default
+        # stays shared, others are rebuilt from their settings (statistics start afresh).
+        if self is _DEFAULT:
+            return (default_backend, ())
+        return (_rebuild_backend, (self.inline_bytes, self.max_bytes_in_flight))
+
     def _count(self, path: str) -> None:
         with self._stats_lock:
             self.stats[path] += 1
@@ -310,6 +317,10 @@ class Backend:
         if found is not None:
             return await found[0].archive.read_async(found[1].key)
         return (await self.read_async(array, memo=memo)).tobytes()
+
+
+def _rebuild_backend(inline_bytes: int, max_bytes_in_flight: int) -> Backend:
+    return Backend(inline_bytes=inline_bytes, max_bytes_in_flight=max_bytes_in_flight)
 
 
 _DEFAULT = Backend()

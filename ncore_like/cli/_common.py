@@ -155,6 +155,9 @@ def describe_error(error: BaseException, *subjects: str) -> str:
         text = error.args[0]  # str() of a KeyError quotes its message
     elif isinstance(error, OSError) and error.strerror and error.filename:
         text = f"{error.filename}: {error.strerror}"
+    elif isinstance(error, FileNotFoundError):
+        # fsspec filesystems raise FileNotFoundError(path) without saying what happened.
+        text = f"{error}: no such file or object"
     else:
         text = str(error) or type(error).__name__
     if subjects and not any(subject in text for subject in subjects):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from types import EllipsisType
 from typing import Any
 
@@ -9,7 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..backend import Backend, default_backend
-from ..store._zarr_compat import ZarrArray, blosc_config, write_basic_selection
+from ..errors import ReadOnlyError, RecordExistsError
+from ..store._zarr_compat import ZarrArray, blosc_config, record_exists, touched_chunk_keys, write_basic_selection
 from ._compression import BloscCompression
 from ._node import Node
 
@@ -17,6 +20,20 @@ __all__ = ["Array", "Selection"]
 
 Selection = Any  # ints, slices, Ellipsis, index lists, masks, tuples of them (as numpy)
 NDArray = np.ndarray[Any, Any]
+
+
+@contextlib.contextmanager
+def _naming(where: str) -> Iterator[None]:
+    """Re-raises invalid-selection errors as the same class (so callers catch what
+    zarr-python raises) with the array and its store named."""
+    try:
+        yield
+    except (IndexError, TypeError) as error:
+        try:
+            named = type(error)(f"{where}: {error}")
+        except Exception:  # an error class with another constructor: keep it as it is
+            raise error from None
+        raise named from error
 
 
 def _is_basic_write_selection(selection: Any) -> bool:
@@ -92,9 +109,13 @@ class Array(Node[ZarrArray]):
         if problems:
             raise ValueError(f"out for array {self.path!r}: {', '.join(problems)}")
 
+    def _where(self) -> str:
+        return f"array {self.path!r} of {self._node.store}"
+
     def _prepare(self, selection: Selection, out: NDArray | None) -> None:
         if out is not None:
-            _, shape = self._backend.plan(self._node, selection)
+            with _naming(self._where()):
+                _, shape = self._backend.plan(self._node, selection)
             self._checked_out(out, shape)
 
     @staticmethod
@@ -114,13 +135,17 @@ class Array(Node[ZarrArray]):
         returned itself (still writeable, of its own type, e.g. ``numpy.memmap``).
         """
         self._prepare(selection, out)
-        return self._finish(self._backend.read(self._node, selection, out, memo=self._memo), out)
+        with _naming(self._where()):
+            result = self._backend.read(self._node, selection, out, memo=self._memo)
+        return self._finish(result, out)
 
     async def read_async(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:
         """:meth:`read` without blocking the running event loop; concurrent reads (e.g. with
         ``asyncio.gather``) overlap their I/O and decoding."""
         self._prepare(selection, out)
-        return self._finish(await self._backend.read_async(self._node, selection, out, memo=self._memo), out)
+        with _naming(self._where()):
+            result = await self._backend.read_async(self._node, selection, out, memo=self._memo)
+        return self._finish(result, out)
 
     def read_bytes(self) -> bytes:
         """The blob stored by :meth:`Group.create_bytes_array`: its record itself when stored
@@ -139,8 +164,9 @@ class Array(Node[ZarrArray]):
         Every touched chunk is stored (also chunks equal to the fill value); partially
         selected chunks are completed with the current values (the fill value if not written
         yet). Archive records are write-once: write each chunk once, i.e. whole chunks or
-        chunk-aligned blocks. A write of several chunks that fails (e.g. on a chunk written
-        already) may leave other chunks of the selection stored.
+        chunk-aligned blocks. Chunks written already are detected before anything is
+        written; a write of several chunks that fails otherwise (e.g. a full disk) may leave
+        other chunks of the selection stored.
 
         Raises:
             RecordExistsError: For chunks written already (archives; a ValueError).
@@ -148,10 +174,15 @@ class Array(Node[ZarrArray]):
                 (checked before anything is written).
         """
         if self.read_only:
-            raise ValueError(f"array {self.path!r}: its store is opened for reading")
+            raise ReadOnlyError(f"{self._where()}: store is opened for reading, can't write")
         if not _is_basic_write_selection(selection):
             raise ValueError(
                 f"array {self.path!r}: writes take basic selections (ints, unit-step slices, Ellipsis), "
                 f"got {selection!r}"
             )
+        # Chunks written already are found before anything is written, so a rejected write
+        # changes nothing (zarr-python writes the chunks of a selection concurrently).
+        for key in touched_chunk_keys(self._node, selection):
+            if record_exists(self._node.store, key):
+                raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
         write_basic_selection(self._node, selection, data)

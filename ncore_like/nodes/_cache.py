@@ -31,6 +31,14 @@ class NodeCache:
         self._lock = threading.Lock()
         self._owner: object | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled cache (e.g. of a group sent to a worker process) arrives empty: its nodes
+        # belong to the sender's store objects.
+        return {"max_size": self._max_size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["max_size"])  # type: ignore[misc]
+
     @property
     def max_size(self) -> int:
         """Nodes kept at most."""

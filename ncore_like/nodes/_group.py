@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from ..errors import RecordExistsError
+from ..errors import ReadOnlyError, RecordExistsError
 from ..store._zarr_compat import ZarrArray, chunk_key, create_array_node, open_member, record_exists, write_record
 from ._array import Array
 from ._cache import NodeCache
@@ -157,7 +157,7 @@ class Group(Node[zarr.Group]):
     def _check_writable(self) -> None:
         if self.read_only:
             where = self._store.name if self._store is not None else repr(self._node.store)
-            raise ValueError(f"{where}: store is opened for reading, can't create members")
+            raise ReadOnlyError(f"{where}: store is opened for reading, can't create members")
 
     def create_group(self, name: str, *, attributes: Attributes | None = None) -> Group:
         """Creates a member group (an error if a member of that name exists)."""

@@ -240,7 +240,10 @@ def write_record(store: ZarrStore, key: str, data: bytes) -> None:
 
 
 def record_exists(store: ZarrStore, key: str) -> bool:
-    """True if the store holds ``key``."""
+    """True if the store holds ``key`` (synchronously where the store can)."""
+    exists_sync = getattr(store, "exists_sync", None)
+    if exists_sync is not None:
+        return bool(exists_sync(key))
     return run_zarr(store.exists(key))
 
 
@@ -324,3 +327,11 @@ def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
         metadata = parse_array_metadata({**zarray, "attributes": attributes})
         return zarr.Array(AsyncArray(metadata=metadata, store_path=store_path))
     return zarr.Group(AsyncGroup.from_dict(store_path, {**zgroup, "attributes": attributes}))
+
+
+def touched_chunk_keys(array: ZarrArray, selection: Any) -> list[str]:
+    """Keys of the chunks a basic selection touches."""
+    from zarr.core.indexing import BasicIndexer
+
+    indexer = BasicIndexer(selection, array.shape, array.metadata.chunk_grid)
+    return [chunk_key(array, projection.chunk_coords) for projection in indexer]

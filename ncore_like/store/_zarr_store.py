@@ -191,6 +191,9 @@ class ItarZarrStore(ZarrStore):
         return list(await asyncio.gather(*(self.get(key, prototype, request) for key, request in key_ranges)))
 
     async def exists(self, key: str) -> bool:
+        return self.exists_sync(key)
+
+    def exists_sync(self, key: str) -> bool:
         overlaid = self._overlaid(key)
         if overlaid is not self._NOT_OVERLAID:
             return overlaid is not None
