@@ -229,9 +229,6 @@ class Backend:
 
     # -- public API ----------------------------------------------------------------------
 
-    def _fallback(self, reason: str) -> None:
-        self._count(f"fallback: {reason}")
-
     def read(
         self,
         array: ZarrArray,

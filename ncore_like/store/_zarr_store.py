@@ -138,6 +138,15 @@ class ItarZarrStore(ZarrStore):
 
     # -- reading (async and sync twins) ------------------------------------------------
 
+    def _overlaid_value(self, key: str, byte_range: ByteRequest | None) -> Any:
+        """The requested bytes of overlaid node metadata (None if missing), or
+        ``_NOT_OVERLAID`` for keys the archive serves."""
+        overlaid = self._overlaid(key)
+        if overlaid is self._NOT_OVERLAID or overlaid is None:
+            return overlaid
+        start, stop = byte_range_bounds(byte_range, len(overlaid))
+        return overlaid[start:stop]
+
     def _size(self, key: str) -> int:
         overlaid = self._overlaid(key)
         if overlaid is not self._NOT_OVERLAID:
@@ -151,12 +160,9 @@ class ItarZarrStore(ZarrStore):
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         archive = self._archive
-        overlaid = self._overlaid(key)
+        overlaid = self._overlaid_value(key, byte_range)
         if overlaid is not self._NOT_OVERLAID:
-            if overlaid is None:
-                return None
-            start, stop = byte_range_bounds(byte_range, len(overlaid))
-            return prototype.buffer.from_bytes(overlaid[start:stop])
+            return None if overlaid is None else prototype.buffer.from_bytes(overlaid)
         if key not in archive:
             return None
         if byte_range is None:
@@ -170,12 +176,10 @@ class ItarZarrStore(ZarrStore):
         self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         archive = self._archive
-        overlaid = self._overlaid(key)
+        prototype = prototype or default_buffer_prototype()
+        overlaid = self._overlaid_value(key, byte_range)
         if overlaid is not self._NOT_OVERLAID:
-            if overlaid is None:
-                return None
-            start, stop = byte_range_bounds(byte_range, len(overlaid))
-            return (prototype or default_buffer_prototype()).buffer.from_bytes(overlaid[start:stop])
+            return None if overlaid is None else prototype.buffer.from_bytes(overlaid)
         if key not in archive:
             return None
         if byte_range is None:
@@ -183,7 +187,7 @@ class ItarZarrStore(ZarrStore):
         else:
             start, stop = byte_range_bounds(byte_range, self._size(key))
             data = archive.read_range(key, start, stop)
-        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+        return prototype.buffer.from_bytes(data)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
