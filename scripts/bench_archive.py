@@ -39,22 +39,18 @@ import asyncio
 import json
 import lzma
 import os
-import platform
 import random
-import shutil
 import statistics
 import struct
 import sys
-import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import cbor2
 import fsspec.asyn
@@ -64,13 +60,13 @@ import zarr.storage
 from upath import UPath
 from zarr.abc.store import Store as ZarrStore
 
-import ncore_like
-from ncore_like import IndexedTarArchive, IndexedTarZarrStore
+from ncore_like import IndexedTarArchive, IndexedTarZarrStore, Record
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-MB = 1_000_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
+import _benchlib as bench
+from _benchlib import MB, TAIL_READ_SIZE, Row, median_times, ms, us, warm_page_cache
+
 INDEX_HEADER_FORMAT = "<4sIQI"  # magic, index type, index offset, index size
-TAIL_READ_SIZE = 1 << 20  # IndexedTarArchive's default index_tail_read_size
 
 
 # -- configuration and results ------------------------------------------------------------
@@ -118,61 +114,14 @@ def quick_config(seed: int) -> Config:
     )
 
 
-@dataclass
-class Row:
-    """One line of the result table."""
-
-    workload: str
-    measure: str
-    ratio: float | None
-    ratio_label: str
-    target: str
-    ok: bool | None
-    raw: dict[str, float] = field(default_factory=dict)
-    detail: str = ""
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.3f} ms"
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.2f} us"
-
-
-def median_times(functions: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median wall time of each function, the repetitions of all functions interleaved
-    (the order rotates each round, so no side always runs first)."""
-    names = list(functions)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            function = functions[name]
-            start = time.perf_counter()
-            function()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 # -- archives -------------------------------------------------------------------------------
-
-
-def random_payloads(rng: random.Random, count: int, low: int, high: int) -> Iterator[memoryview]:
-    """``count`` payloads of random sizes in ``[low, high]``, slices of one random buffer at
-    varying starts (contents don't matter for uncompressed reads)."""
-    base = memoryview(os.urandom(high + 4096))
-    for _ in range(count):
-        size = rng.randint(low, high)
-        start = rng.randrange(0, 4096)
-        yield base[start : start + size]
 
 
 def write_big_archive(path: Path, config: Config, count: int, rng: random.Random) -> list[str]:
     """An archive of ``count`` records of 0.8-1.2 MB; returns the keys."""
     keys = [f"frames/{index:06d}" for index in range(count)]
     with IndexedTarArchive(path, mode="w") as archive:
-        for key, payload in zip(keys, random_payloads(rng, count, config.big_min, config.big_max), strict=True):
+        for key, payload in zip(keys, bench.random_payloads(rng, count, config.big_min, config.big_max), strict=True):
             archive[key] = payload
     return keys
 
@@ -182,20 +131,13 @@ def write_small_archive(path: Path, config: Config, rng: random.Random) -> list[
     keys of the small records."""
     keys = [f"chunks/{index // 100:03d}/{index % 100:02d}" for index in range(config.small_records)]
     with IndexedTarArchive(path, mode="w") as archive:
-        for key, payload in zip(keys, random_payloads(rng, len(keys), 1024, 4096), strict=True):
+        for key, payload in zip(keys, bench.random_payloads(rng, len(keys), 1024, 4096), strict=True):
             archive[key] = payload
         archive[".zgroup"] = b'{"zarr_format": 2}'
         archive[".zattrs"] = json.dumps({"bench": "small records"}).encode()
         for index in range(max(0, config.metadata_records - 2)):
             archive[f"meta{index}/.zgroup"] = b'{"zarr_format": 2}'
     return keys
-
-
-def warm_page_cache(path: Path) -> None:
-    """Reads the whole file once, so later reads come from the page cache."""
-    with path.open("rb", buffering=0) as file:
-        while file.read(16 << 20):
-            pass
 
 
 def index_bytes(path: Path) -> bytes:
@@ -276,7 +218,7 @@ def _ratio_row(workload: str, measure: str, times: dict[str, float], read_mb: fl
         ">= 0.90x",
         ratio >= 0.9,
         {"pread_s": pread, "archive_s": archive},
-        f"pread {_ms(pread)}, archive {_ms(archive)}; pread {read_mb / pread / 1e3:.2f} GB/s",
+        f"pread {ms(pread)}, archive {ms(archive)}; pread {read_mb / pread / 1e3:.2f} GB/s",
     )
 
 
@@ -312,7 +254,7 @@ def bench_small_reads(path: Path, keys: list[str], config: Config, rng: random.R
         "<= 2.00x",
         ratio <= 2.0,
         {"pread_per_read_s": pread, "archive_per_read_s": arch},
-        f"pread {_us(pread)}, archive {_us(arch)} per read",
+        f"pread {us(pread)}, archive {us(arch)} per read",
     )
 
 
@@ -387,7 +329,7 @@ def bench_open(path: Path, keys: list[str], config: Config, rng: random.Random) 
             "(close to 1x)",
             None,
             raw,
-            f"decode {_ms(decode_s)}, 1 MiB tail pread {_ms(times['tail_pread'])}, open {_ms(times['open'])}; "
+            f"decode {ms(decode_s)}, 1 MiB tail pread {ms(times['tail_pread'])}, open {ms(times['open'])}; "
             f"I/O calls of one open: {calls}",
         ),
         Row(
@@ -398,21 +340,12 @@ def bench_open(path: Path, keys: list[str], config: Config, rng: random.Random) 
             "",
             None,
             {},
-            f"open + read {_ms(times['open_read'])}",
+            f"open + read {ms(times['open_read'])}",
         ),
     ]
 
 
 # -- workload 3: remote -------------------------------------------------------------------------
-
-
-def import_servers() -> ModuleType:
-    """``tests.support.servers`` (the repository root is put on ``sys.path``)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    import tests.support.servers as servers
-
-    return servers
 
 
 def range_bytes(record: dict[str, Any], file_size: int) -> int:
@@ -433,8 +366,89 @@ def describe_requests(records: list[dict[str, Any]]) -> str:
     return ", ".join(f"{r['method']} {r.get('range') or '(no range)'}" for r in records)
 
 
+class RequestLog(Protocol):
+    """A test server's request log (``tests.support.servers``: the HTTP server, the proxy)."""
+
+    def clear_requests(self) -> None: ...
+
+    def requests(self) -> list[dict[str, Any]]: ...
+
+
+def remote_records(path: Path, keys: Sequence[str]) -> tuple[dict[str, Record], list[str]]:
+    """The records of ``keys`` in the archive at ``path``, and those of the keys whose records
+    lie before the tail read (all keys if none does): reading one of them takes a request."""
+    with IndexedTarArchive(path) as local:
+        records = {key: local.records[key] for key in keys}
+    tail_start = path.stat().st_size - TAIL_READ_SIZE
+    return records, [key for key in keys if sum(records[key]) <= tail_start] or list(keys)
+
+
+def open_first_read_row(
+    measure: str,
+    wall: float,
+    log: list[dict[str, Any]],
+    file_size: int,
+    record: Record,
+    latency: float,
+    raw: dict[str, float] | None = None,
+    detail: str = "",
+) -> Row:
+    """The row of opening a remote archive and reading its first record (target: 2 round
+    trips); ``raw`` and ``detail`` add to the row's own."""
+    moved = sum(range_bytes(r, file_size) for r in log)
+    return Row(
+        "3 remote 20 ms",
+        measure,
+        wall / latency,
+        "wall in round trips",
+        "<= 2 RTT",
+        wall / latency <= 2.5 and len(log) <= 2,
+        {"wall_s": wall, "requests": float(len(log)), "bytes_moved": float(moved)} | (raw or {}),
+        f"{len(log)} requests [{describe_requests(log)}], {ms(wall)}, "
+        f"moved {moved / MB:.2f} MB for a {record.size / MB:.2f} MB record{detail}",
+    )
+
+
+def one_record_row(
+    measure: str,
+    open_archive: Callable[[], IndexedTarArchive],
+    server: RequestLog,
+    candidates: Sequence[str],
+    records: Mapping[str, Record],
+    file_size: int,
+    config: Config,
+    rng: random.Random,
+) -> Row:
+    """One random record read from a freshly opened remote archive, a few times: the bytes
+    moved for the bytes wanted (target ~1, in one request)."""
+    samples: list[tuple[float, int, float, str]] = []
+    for _ in range(max(3, config.remote_repeats * 2)):
+        key = rng.choice(candidates)
+        with open_archive() as archive:
+            server.clear_requests()
+            start = time.perf_counter()
+            archive[key]
+            elapsed = time.perf_counter() - start
+            log = server.requests()
+        moved = sum(range_bytes(r, file_size) for r in log)
+        samples.append((elapsed, len(log), moved / records[key].size, describe_requests(log)))
+    wall = statistics.median(s[0] for s in samples)
+    requests = statistics.median(s[1] for s in samples)
+    ratio = statistics.median(s[2] for s in samples)
+    return Row(
+        "3 remote 20 ms",
+        measure,
+        ratio,
+        "bytes moved/wanted",
+        "~1x, 1 request",
+        ratio <= 1.25 and requests <= 1,
+        {"wall_s": wall, "requests": float(requests), "moved_per_wanted": ratio},
+        f"{requests:g} request(s) [{samples[-1][3]}], {wall / config.latency:.1f} RTT ({ms(wall)})",
+    )
+
+
 def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
-    servers = import_servers()
+    servers = bench.import_servers()
     directory = tmp / "remote"
     directory.mkdir()
     path = directory / "frames.itar"
@@ -442,10 +456,7 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
     file_size = path.stat().st_size
     latency = config.latency
     rows: list[Row] = []
-    with IndexedTarArchive(path) as local:
-        records = {key: local.records[key] for key in keys}
-        tail_start = file_size - TAIL_READ_SIZE
-        outside = [key for key in keys if records[key].offset + records[key].size <= tail_start]
+    records, outside = remote_records(path, keys)
     with servers.start_http(directory, latency=latency) as server:
         url = f"{server.endpoint}/{path.name}"
 
@@ -460,24 +471,11 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
             trials.append((elapsed, server.requests()))
         trials = trials[1:]  # the first one also creates the HTTP session
         wall = statistics.median(t for t, _ in trials)
-        last = trials[-1][1]
-        moved = sum(range_bytes(r, file_size) for r in last)
-        rows.append(
-            Row(
-                "3 remote 20 ms",
-                "(a) open + first record read (buffered)",
-                wall / latency,
-                "wall in round trips",
-                "<= 2 RTT",
-                wall / latency <= 2.5 and len(last) <= 2,
-                {"wall_s": wall, "requests": float(len(last)), "bytes_moved": float(moved)},
-                f"{len(last)} requests [{describe_requests(last)}], {_ms(wall)}, "
-                f"moved {moved / MB:.2f} MB for a {records[keys[0]].size / MB:.2f} MB record",
-            )
-        )
+        measure = "(a) open + first record read (buffered)"
+        rows.append(open_first_read_row(measure, wall, trials[-1][1], file_size, records[keys[0]], latency))
 
         # (b) gathered read_async, (c) the same reads one at a time
-        chosen = [rng.choice(outside or keys) for _ in range(config.remote_reads)]  # none served from the tail
+        chosen = [rng.choice(outside) for _ in range(config.remote_reads)]  # none served from the tail
         wanted = sum(records[key].size for key in chosen)
 
         async def run_reads(gathered: bool) -> tuple[float, list[dict[str, Any]]]:
@@ -544,10 +542,10 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
                     wall / latency <= 3 if gathered else None,
                     {"wall_s": wall, "requests": float(len(log)), "max_in_flight": float(peak)}
                     | ({"fsspec_gather_s": limit} if gathered else {}),
-                    f"{_ms(wall)}, {len(log)} requests, max {peak} in flight, "
+                    f"{ms(wall)}, {len(log)} requests, max {peak} in flight, "
                     f"moved {moved / MB:.1f} MB for {wanted / MB:.1f} MB wanted"
                     + (
-                        f"; same ranges gathered with bare fsspec: {_ms(limit)} = {limit / latency:.2f} RTT "
+                        f"; same ranges gathered with bare fsspec: {ms(limit)} = {limit / latency:.2f} RTT "
                         f"(ours/fsspec {wall / limit:.2f}x)"
                         if gathered
                         else ""
@@ -556,30 +554,10 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
             )
 
         # (d) one random 1 MB record on the default buffered path (fresh archive each time)
-        samples: list[tuple[float, int, int, int, str]] = []
-        for _ in range(max(3, config.remote_repeats * 2)):
-            key = rng.choice(outside or keys)
-            with IndexedTarArchive(UPath(url)) as archive:
-                server.clear_requests()
-                start = time.perf_counter()
-                archive[key]
-                elapsed = time.perf_counter() - start
-                log = server.requests()
-            moved = sum(range_bytes(r, file_size) for r in log)
-            samples.append((elapsed, len(log), moved, records[key].size, describe_requests(log)))
-        wall = statistics.median(s[0] for s in samples)
-        requests = statistics.median(s[1] for s in samples)
-        ratio = statistics.median(s[2] / s[3] for s in samples)
+        measure = "(d) one random ~1 MB record, buffered path"
         rows.append(
-            Row(
-                "3 remote 20 ms",
-                "(d) one random ~1 MB record, buffered path",
-                ratio,
-                "bytes moved/wanted",
-                "~1x, 1 request",
-                ratio <= 1.25 and requests <= 1,
-                {"wall_s": wall, "requests": float(requests), "moved_per_wanted": ratio},
-                f"{requests:g} request(s) [{samples[-1][4]}], {wall / latency:.1f} RTT ({_ms(wall)})",
+            one_record_row(
+                measure, lambda: IndexedTarArchive(UPath(url)), server, outside, records, file_size, config, rng
             )
         )
     return rows
@@ -589,7 +567,7 @@ def bench_s3(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
     """Open + first read and one random record on the default buffered path of an archive
     on S3 (moto behind a proxy adding the latency): s3fs' own read-ahead defaults are what
     the archive must override."""
-    servers = import_servers()
+    servers = bench.import_servers()
     try:
         import s3fs
     except ImportError:
@@ -599,10 +577,7 @@ def bench_s3(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
     keys = write_big_archive(path, config, count, rng)
     file_size = path.stat().st_size
     latency = config.latency
-    with IndexedTarArchive(path) as local:
-        records = {key: local.records[key] for key in keys}
-    tail_start = file_size - TAIL_READ_SIZE
-    outside = [key for key in keys if sum(records[key]) <= tail_start] or keys
+    records, outside = remote_records(path, keys)
     rows: list[Row] = []
     with servers.start_moto() as moto, servers.start_proxy(moto.endpoint, latency=latency) as proxy:
         direct = s3fs.S3FileSystem(**servers.s3_storage_options(moto.endpoint))
@@ -628,46 +603,30 @@ def bench_s3(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
             bare.append(time.perf_counter() - start)
         wall = statistics.median(t for t, _ in trials)
         bare_wall = statistics.median(bare)
-        log = trials[-1][1]
-        moved = sum(range_bytes(r, file_size) for r in log)
         rows.append(
-            Row(
-                "3 remote 20 ms",
+            open_first_read_row(
                 "S3 (moto): open + first record read (buffered)",
-                wall / latency,
-                "wall in round trips",
-                "<= 2 RTT",
-                wall / latency <= 2.5 and len(log) <= 2,
-                {"wall_s": wall, "requests": float(len(log)), "bytes_moved": float(moved), "bare_s3fs_s": bare_wall},
-                f"{len(log)} requests [{describe_requests(log)}], {_ms(wall)}, "
-                f"moved {moved / MB:.2f} MB for a {first.size / MB:.2f} MB record; the same 2 requests with "
-                f"bare s3fs: {_ms(bare_wall)} = {bare_wall / latency:.1f} RTT (moto's own service time)",
+                wall,
+                trials[-1][1],
+                file_size,
+                first,
+                latency,
+                {"bare_s3fs_s": bare_wall},
+                "; the same 2 requests with bare s3fs: "
+                f"{ms(bare_wall)} = {bare_wall / latency:.1f} RTT (moto's own service time)",
             )
         )
-        samples: list[tuple[float, int, float, str]] = []
-        for _ in range(max(3, config.remote_repeats * 2)):
-            key = rng.choice(outside)
-            with IndexedTarArchive(UPath(url, **options)) as archive:
-                proxy.clear_requests()
-                start = time.perf_counter()
-                archive[key]
-                elapsed = time.perf_counter() - start
-                log = proxy.requests()
-            moved = sum(range_bytes(r, file_size) for r in log)
-            samples.append((elapsed, len(log), moved / records[key].size, describe_requests(log)))
-        wall = statistics.median(s[0] for s in samples)
-        requests = statistics.median(s[1] for s in samples)
-        ratio = statistics.median(s[2] for s in samples)
+        measure = "S3 (moto): one random ~1 MB record, buffered path"
         rows.append(
-            Row(
-                "3 remote 20 ms",
-                "S3 (moto): one random ~1 MB record, buffered path",
-                ratio,
-                "bytes moved/wanted",
-                "~1x, 1 request",
-                ratio <= 1.25 and requests <= 1,
-                {"wall_s": wall, "requests": float(requests), "moved_per_wanted": ratio},
-                f"{requests:g} request(s) [{samples[-1][3]}], {wall / latency:.1f} RTT ({_ms(wall)})",
+            one_record_row(
+                measure,
+                lambda: IndexedTarArchive(UPath(url, **options)),
+                proxy,
+                outside,
+                records,
+                file_size,
+                config,
+                rng,
             )
         )
     return rows
@@ -777,7 +736,7 @@ def bench_store_open(tmp: Path, config: Config) -> list[Row]:
     rows: list[Row] = []
     for name in makers:
         seconds, opened = times[f"{name}|read"], times[f"{name}|open"]
-        detail = f"{_ms(seconds)} (open + root group + array node {_ms(opened)})"
+        detail = f"{ms(seconds)} (open + root group + array node {ms(opened)})"
         if name == "ours consolidated":
             detail += (
                 f"; {config.arrays} arrays, {records} records; written in {written_ours:.1f} s, "
@@ -801,53 +760,23 @@ def bench_store_open(tmp: Path, config: Config) -> list[Row]:
 # -- driver ---------------------------------------------------------------------------------------
 
 
-def format_table(rows: list[Row]) -> str:
-    header = ("workload", "measure", "ratio", "of", "target", "ok", "raw medians / details")
-    table = [
-        (
-            row.workload,
-            row.measure,
-            "-" if row.ratio is None else f"{row.ratio:.2f}x",
-            row.ratio_label,
-            row.target,
-            "" if row.ok is None else ("ok" if row.ok else "MISS"),
-            row.detail,
-        )
-        for row in rows
-    ]
-    widths = [max(len(line[column]) for line in [header, *table]) for column in range(len(header) - 1)]
-    lines = []
-    for line in [header, *table]:
-        cells = [cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)]
-        lines.append("  ".join([*cells, line[-1]]).rstrip())
-    lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
-    return "\n".join(lines)
+WORKLOADS = ("reads", "open", "remote", "s3", "store")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small, fast run (smoke test, a few seconds)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (record sizes and read order)")
-    parser.add_argument("--tmpdir", type=Path, default=None, help="where to create the temporary directory")
-    parser.add_argument(
-        "--only",
-        choices=("reads", "open", "remote", "s3", "store"),
-        action="append",
-        help="run only these workloads (repeatable; default: all)",
-    )
+    parser = bench.bench_parser(__doc__, "small, fast run (smoke test, a few seconds)")
+    bench.add_run_arguments(parser, "random seed (record sizes and read order)", WORKLOADS)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     config = quick_config(args.seed) if args.quick else Config(seed=args.seed)
-    only = set(args.only or ("reads", "open", "remote", "s3", "store"))
+    only = set(args.only or WORKLOADS)
     rng = random.Random(config.seed)
     rows: list[Row] = []
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-archive-", dir=args.tmpdir))
-    try:
+    with bench.temporary_directory("bench-archive-", args.tmpdir) as tmp:
         small_path = tmp / "small.itar"
         small_keys: list[str] = []
         if only & {"reads", "open"}:
@@ -865,29 +794,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows += bench_s3(tmp, config, rng)
         if "store" in only:
             rows += bench_store_open(tmp, config)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     elapsed = time.perf_counter() - started
-    print(
-        f"bench_archive: ncore_like {ncore_like.__version__}, zarr {zarr.__version__}, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {'quick' if args.quick else 'full'} run "
-        f"in {elapsed:.1f} s (ratios of medians measured side by side in this run)"
-    )
-    print(format_table(rows))
+    run = bench.versions()
+    print(bench.banner("bench_archive", run, quick=args.quick, elapsed=elapsed))
+    print(bench.format_table(rows))
     if args.json is not None:
-        result = {
-            "config": asdict(config),
-            "quick": args.quick,
-            "elapsed_s": elapsed,
-            "versions": {
-                "ncore_like": ncore_like.__version__,
-                "zarr": zarr.__version__,
-                "python": platform.python_version(),
-            },
-            "cpus": os.cpu_count(),
-            "rows": [asdict(row) for row in rows],
-        }
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        bench.write_json(args.json, config, quick=args.quick, elapsed=elapsed, versions=run, rows=rows)
     return 0
 
 

@@ -49,22 +49,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import random
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -82,10 +78,10 @@ import ncore_like
 from ncore_like import BloscCompression, Group, IndexedTarZarrStore
 from ncore_like.backend import default_backend
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-MB = 1_000_000
-MIB = 1 << 20
-TAIL_READ_SIZE = 1 << 20  # IndexedTarArchive's default index_tail_read_size
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
+import _benchlib as bench
+from _benchlib import MB, MIB, TAIL_READ_SIZE, Row, gbs, median_times, ms, warm_page_cache
+
 VOLUME = "volume"
 NDArray = np.ndarray[Any, Any]
 Selection = tuple[slice, ...]
@@ -125,59 +121,6 @@ def quick_config(seed: int, size_mb: int | None) -> Config:
         memory_mb=64,
         seed=seed,
     )
-
-
-@dataclass
-class Row:
-    """One line of the result table."""
-
-    workload: str
-    measure: str
-    ratio: float | None
-    ratio_label: str
-    target: str
-    ok: bool | None
-    raw: dict[str, float] = field(default_factory=dict)
-    detail: str = ""
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.3f} ms"
-
-
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
-
-
-def _gbs(nbytes: float, seconds: float) -> str:
-    return f"{nbytes / seconds / 1e9:.2f} GB/s"
-
-
-def median_times(functions: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median wall time of each function, the repetitions of all functions interleaved
-    (the order rotates each round, so no side always runs first)."""
-    names = list(functions)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            function = functions[name]
-            start = time.perf_counter()
-            function()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def warm_page_cache(path: Path) -> None:
-    """Reads a file (or every file below a directory) once, so later reads hit the page cache."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file_path in files:
-        with file_path.open("rb", buffering=0) as file:
-            while file.read(16 << 20):
-                pass
 
 
 def backend_stats() -> str:
@@ -287,15 +230,9 @@ def chunk_key(name: str, coords: Sequence[int]) -> str:
 
 
 def random_blobs(rng: random.Random, count: int, low: int, high: int) -> list[bytes]:
-    """``count`` random blobs of random sizes in ``[low, high]`` (slices of one random buffer
-    at varying starts)."""
-    base = os.urandom(high + 4096)
-    blobs = []
-    for _ in range(count):
-        size = rng.randint(low, high)
-        start = rng.randrange(0, 4096)
-        blobs.append(base[start : start + size])
-    return blobs
+    """``count`` random blobs of random sizes in ``[low, high]`` (copies of slices of one
+    random buffer at varying starts)."""
+    return [bytes(payload) for payload in bench.random_payloads(rng, count, low, high)]
 
 
 def frame_names(count: int) -> list[str]:
@@ -414,8 +351,8 @@ def bench_volume(tmp: Path, config: Config, skip_tensorstore: bool) -> list[Row]
             ">= 0.85x",
             times["decode limit"] / ours >= 0.85,
             {"ours_s": ours, "decode_limit_s": times["decode limit"]},
-            f"ours {_ms(ours)} ({_gbs(nbytes, ours)}), decode limit {_ms(times['decode limit'])} "
-            f"({_gbs(nbytes, times['decode limit'])}, {workers} threads); compression "
+            f"ours {ms(ours)} ({gbs(nbytes, ours)}), decode limit {ms(times['decode limit'])} "
+            f"({gbs(nbytes, times['decode limit'])}, {workers} threads); compression "
             f"{nbytes / compressed:.2f}x; archive written in {written:.1f} s",
         ),
         Row(
@@ -426,7 +363,7 @@ def bench_volume(tmp: Path, config: Config, skip_tensorstore: bool) -> list[Row]
             ">= 2.00x",
             times["zarr itar"] / ours >= 2.0,
             {"zarr_itar_s": times["zarr itar"]},
-            f"zarr-python {_ms(times['zarr itar'])} ({_gbs(nbytes, times['zarr itar'])}); a reader at the decode "
+            f"zarr-python {ms(times['zarr itar'])} ({gbs(nbytes, times['zarr itar'])}); a reader at the decode "
             f"limit would be {times['zarr itar'] / times['decode limit']:.2f}x",
         ),
         Row(
@@ -437,7 +374,7 @@ def bench_volume(tmp: Path, config: Config, skip_tensorstore: bool) -> list[Row]
             "",
             None,
             {"zarr_itar_out_s": times["zarr itar out="]},
-            f"zarr-python get_basic_selection(out=) {_ms(times['zarr itar out='])}",
+            f"zarr-python get_basic_selection(out=) {ms(times['zarr itar out='])}",
         ),
         Row(
             "1 volume",
@@ -447,7 +384,7 @@ def bench_volume(tmp: Path, config: Config, skip_tensorstore: bool) -> list[Row]
             "",
             None,
             {"zarr_local_s": times["zarr LocalStore"]},
-            f"zarr-python LocalStore {_ms(times['zarr LocalStore'])} ({_gbs(nbytes, times['zarr LocalStore'])}); "
+            f"zarr-python LocalStore {ms(times['zarr LocalStore'])} ({gbs(nbytes, times['zarr LocalStore'])}); "
             f"its chunks {local_compressed / MB:.1f} MB vs ours {compressed / MB:.1f} MB",
         ),
     ]
@@ -462,7 +399,8 @@ def bench_volume(tmp: Path, config: Config, skip_tensorstore: bool) -> list[Row]
                 "",
                 None,
                 {"tensorstore_s": ts},
-                f"tensorstore {_version('tensorstore')} {_ms(ts)} ({_gbs(nbytes, ts)}; allocates its result, no out=)",
+                f"tensorstore {bench.package_version('tensorstore')} {ms(ts)} ({gbs(nbytes, ts)}; "
+                "allocates its result, no out=)",
             )
         )
     else:
@@ -517,8 +455,8 @@ def bench_partial(
             raise AssertionError(f"{label} read: zarr-python differs from the written data")
         times = median_times(functions, config.full_repeats)
         text = ", ".join(f"{s.start}:{s.stop}" if s != slice(None) else ":" for s in selection)
-        detail = f"[{text}] = {expected.nbytes / MIB:.0f} MiB from {stop - first} chunks; ours {_ms(times['ours'])}, "
-        detail += f"zarr-python {_ms(times['zarr'])}"
+        detail = f"[{text}] = {expected.nbytes / MIB:.0f} MiB from {stop - first} chunks; ours {ms(times['ours'])}, "
+        detail += f"zarr-python {ms(times['zarr'])}"
         raw = {"ours_s": times["ours"], "zarr_s": times["zarr"]}
         if "decode limit" in times:
             detail += f"; ours/decode-limit throughput {times['decode limit'] / times['ours']:.2f}x"
@@ -623,7 +561,7 @@ def bench_frames(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
                 "" if target is None else f">= {target:.2f}x",
                 None if target is None else ratio >= target,
                 {f"{name}_s": seconds, "pread_s": pread},
-                f"ours {_ms(seconds)} ({seconds / count * 1e6:.0f} us/frame), pread {_ms(pread)} "
+                f"ours {ms(seconds)} ({seconds / count * 1e6:.0f} us/frame), pread {ms(pread)} "
                 f"({pread / count * 1e6:.0f} us/frame, {read_mb / pread / 1e3:.2f} GB/s)",
             )
         )
@@ -631,15 +569,6 @@ def bench_frames(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
 
 
 # -- workload 3: remote -----------------------------------------------------------------------
-
-
-def import_servers() -> ModuleType:
-    """``tests.support.servers`` (the repository root is put on ``sys.path``)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    import tests.support.servers as servers
-
-    return servers
 
 
 def summarize_requests(records: list[dict[str, Any]]) -> str:
@@ -674,7 +603,7 @@ def median_trial(trials: list[Trial]) -> Trial:
 
 
 def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
-    servers = import_servers()
+    servers = bench.import_servers()
     directory = tmp / "remote"
     directory.mkdir()
     path = directory / "remote.itar"
@@ -737,14 +666,17 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
                 raise AssertionError("remote volume read differs from the written data")
             return Trial(wall, log)
 
-        def frame_reads(range_reads: bool) -> Trial:
+        def frame_reads(range_reads: bool, as_bytes: bool = False) -> Trial:
+            """(b) every frame read with ``read_async``, gathered; with ``as_bytes``, with
+            ``read_bytes_async`` (tells the array read path from the archive's)."""
             store = open_store(range_reads)
             try:
                 group = store.open_root_group()
                 arrays = [group.array(name) for name in names]
 
-                async def gather() -> list[NDArray]:
-                    return list(await asyncio.gather(*(arr.read_async() for arr in arrays)))
+                async def gather() -> list[Any]:
+                    reads = (arr.read_bytes_async() if as_bytes else arr.read_async() for arr in arrays)
+                    return list(await asyncio.gather(*reads))
 
                 server.clear_requests()
                 start = time.perf_counter()
@@ -753,28 +685,7 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
                 log = server.requests()
             finally:
                 store.close()
-            if any(result.tobytes() != blob for result, blob in zip(results, blobs, strict=True)):
-                raise AssertionError("remote frame reads differ from the written blobs")
-            return Trial(wall, log)
-
-        def frame_bytes_reads(range_reads: bool) -> Trial:
-            """(b) with ``read_bytes_async``: tells the array read path from the archive's."""
-            store = open_store(range_reads)
-            try:
-                group = store.open_root_group()
-                arrays = [group.array(name) for name in names]
-
-                async def gather() -> list[bytes]:
-                    return list(await asyncio.gather(*(arr.read_bytes_async() for arr in arrays)))
-
-                server.clear_requests()
-                start = time.perf_counter()
-                results = asyncio.run(gather())
-                wall = time.perf_counter() - start
-                log = server.requests()
-            finally:
-                store.close()
-            if results != blobs:
+            if [result if as_bytes else result.tobytes() for result in results] != blobs:
                 raise AssertionError("remote frame reads differ from the written blobs")
             return Trial(wall, log)
 
@@ -818,7 +729,7 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
             ),
             (
                 f"(b') {len(names)} gathered read_bytes_async (context for b)",
-                frame_bytes_reads,
+                lambda range_reads: frame_reads(range_reads, as_bytes=True),
                 lambda: bare([tuple(r) for r in frame_ranges]),  # type: ignore[misc]
                 3.0,
                 "<= 3 RTT",
@@ -854,7 +765,7 @@ def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
                             "max_in_flight": float(overlap),
                             "bare_wall_s": bare_trial.wall,
                         },
-                        f"{_ms(trial.wall)}; {summarize_requests(trial.requests)}, max overlap {overlap}, "
+                        f"{ms(trial.wall)}; {summarize_requests(trial.requests)}, max overlap {overlap}, "
                         f"{rounds} sequential round(s) in the log; bare fsspec, same ranges at once: "
                         f"{bare_trial.wall / latency:.1f} RTT, {len(bare_trial.requests)} requests, "
                         f"{request_rounds(bare_trial.requests)} round(s)",
@@ -1000,7 +911,7 @@ def bench_memory(tmp: Path, config: Config) -> list[Row]:
                     None if not target else extra <= bound,
                     {"extra_bytes": float(extra), "out_bytes": float(out_bytes), "read_s": result["seconds"]},
                     f"ru_maxrss grew by {extra / MIB:.0f} MiB ({extra / out_bytes:.2f} x out){check}; read "
-                    f"{_ms(result['seconds'])}{stats}{note if mode == 'ours' else ''}",
+                    f"{ms(result['seconds'])}{stats}{note if mode == 'ours' else ''}",
                 )
             )
         return rows
@@ -1011,45 +922,16 @@ def bench_memory(tmp: Path, config: Config) -> list[Row]:
 # -- driver -----------------------------------------------------------------------------------
 
 
-def format_table(rows: list[Row]) -> str:
-    header = ("workload", "measure", "ratio", "of", "target", "ok", "raw medians / details")
-    table = [
-        (
-            row.workload,
-            row.measure,
-            "-" if row.ratio is None else f"{row.ratio:.2f}x",
-            row.ratio_label,
-            row.target,
-            "" if row.ok is None else ("ok" if row.ok else "MISS"),
-            row.detail,
-        )
-        for row in rows
-    ]
-    widths = [max(len(line[column]) for line in [header, *table]) for column in range(len(header) - 1)]
-    lines = []
-    for line in [header, *table]:
-        cells = [cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)]
-        lines.append("  ".join([*cells, line[-1]]).rstrip())
-    lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
-    return "\n".join(lines)
+WORKLOADS = ("volume", "frames", "remote", "memory")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small, fast run (smoke test, < 30 s)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
+    parser = bench.bench_parser(__doc__, "small, fast run (smoke test, < 30 s)")
     parser.add_argument(
         "--size-mb", type=int, default=None, help="size of the volume of workload 1 in MiB (default 256; quick 32)"
     )
     parser.add_argument("--skip-tensorstore", action="store_true", help="don't compare with tensorstore")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (data, frame sizes, read order)")
-    parser.add_argument("--tmpdir", type=Path, default=None, help="where to create the temporary directory")
-    parser.add_argument(
-        "--only",
-        choices=("volume", "frames", "remote", "memory"),
-        action="append",
-        help="run only these workloads (repeatable; default: all)",
-    )
+    bench.add_run_arguments(parser, "random seed (data, frame sizes, read order)", WORKLOADS)
     parser.add_argument("--memory-child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -1064,12 +946,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = (
         quick_config(args.seed, args.size_mb) if args.quick else Config(size_mb=args.size_mb or 256, seed=args.seed)
     )
-    only = set(args.only or ("volume", "frames", "remote", "memory"))
+    only = set(args.only or WORKLOADS)
     rng = random.Random(config.seed)
     rows: list[Row] = []
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-read-", dir=args.tmpdir))
-    try:
+    with bench.temporary_directory("bench-read-", args.tmpdir) as tmp:
         if "volume" in only:
             rows += bench_volume(tmp, config, args.skip_tensorstore)
             for path in tmp.iterdir():  # free the disk (and its page cache) early
@@ -1084,36 +965,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows += bench_remote(tmp, config, rng)
         if "memory" in only:
             rows += bench_memory(tmp, config)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     elapsed = time.perf_counter() - started
     stats = backend_stats()
-    print(
-        f"bench_read: ncore_like {ncore_like.__version__} (backend {type(default_backend()).__name__}), "
-        f"zarr {zarr.__version__}, numcodecs {numcodecs.__version__}, numpy {np.__version__}, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {'quick' if args.quick else 'full'} run "
-        f"in {elapsed:.1f} s (ratios of medians measured side by side in this run)"
-    )
-    print(format_table(rows))
+    run = bench.versions(numcodecs=numcodecs.__version__, numpy=np.__version__)
+    backend = type(default_backend()).__name__
+    print(bench.banner("bench_read", run, quick=args.quick, elapsed=elapsed, backend=backend))
+    print(bench.format_table(rows))
     if stats:
         print(f"backend stats: {stats}")
     if args.json is not None:
-        result = {
-            "config": asdict(config),
-            "quick": args.quick,
-            "elapsed_s": elapsed,
-            "versions": {
-                "ncore_like": ncore_like.__version__,
-                "zarr": zarr.__version__,
-                "numcodecs": numcodecs.__version__,
-                "numpy": np.__version__,
-                "python": platform.python_version(),
-            },
-            "cpus": os.cpu_count(),
-            "backend_stats": stats,
-            "rows": [asdict(row) for row in rows],
-        }
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        bench.write_json(
+            args.json, config, quick=args.quick, elapsed=elapsed, versions=run, rows=rows, backend_stats=stats
+        )
     return 0
 
 

@@ -42,31 +42,27 @@ limit speedup" shows what the machine itself gained from a second thread in this
 from __future__ import annotations
 
 import argparse
-import gc
-import json
 import math
 import os
-import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numcodecs
 import numcodecs.blosc
 import numpy as np
-import zarr
 
-import ncore_like
 from ncore_like import BloscCompression, EncodedArray, IndexedTarArchive, IndexedTarZarrStore
 
-MB = 1_000_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
+import _benchlib as bench
+from _benchlib import MB, gbs, median_times, ms
+
 KIB = 1024
 COMPRESSION = BloscCompression(cname="lz4", clevel=5, shuffle="bitshuffle", blocksize=0)
 BITSHUFFLE = 2
@@ -102,75 +98,31 @@ def quick_config(seed: int) -> Config:
 
 
 @dataclass
-class Row:
-    """One line of the result table."""
+class Row(bench.Row):
+    """One line of the result table, with the ratio of the fastest runs too."""
 
-    workload: str
-    measure: str
-    ratio: float | None
-    ratio_label: str
-    target: str
-    ok: bool | None
-    raw: dict[str, float] = field(default_factory=dict)
-    detail: str = ""
     best_ratio: float | None = None
     """The same ratio of the fastest runs (interference from other processes only adds
     time, so this is what each side can do on this machine)."""
 
+    def cells(self) -> tuple[str, ...]:
+        workload, measure, ratio, *rest = super().cells()
+        return (workload, measure, ratio, bench.ratio_text(self.best_ratio), *rest)
+
+
+#: The table's columns: the usual ones with "best" after "ratio".
+HEADER = (*bench.TABLE_HEADER[:3], "best", *bench.TABLE_HEADER[3:])
+
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
-
-
-def _gbps(size: int, seconds: float) -> str:
-    return f"{size / seconds / 1e9:.2f} GB/s"
-
-
-class Timings(dict[str, float]):
-    """Median wall times by name; :attr:`minima` holds the fastest run of each."""
-
-    def __init__(self, samples: dict[str, list[float]]) -> None:
-        super().__init__({name: statistics.median(values) for name, values in samples.items()})
-        self.minima = {name: min(values) for name, values in samples.items()}
-
-    def add(self, name: str, values: Sequence[float]) -> None:
-        self[name] = statistics.median(values)
-        self.minima[name] = min(values)
-
-
-def median_times(
-    functions: dict[str, Callable[[], object]],
-    repeats: int,
-    after: Callable[[], None] | None = None,
-) -> Timings:
-    """Median wall time of each function, the repetitions of all functions interleaved
-    (the order rotates each round, so no side always runs first). ``after`` runs untimed
-    after every call (e.g. deleting the file written); garbage is collected untimed before
-    every call and the collector is off while timing."""
-    names = list(functions)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            function = functions[name]
-            gc.collect()
-            gc.disable()
-            try:
-                start = time.perf_counter()
-                result = function()
-                samples[name].append(time.perf_counter() - start)
-            finally:
-                gc.enable()
-            del result
-            if after is not None:
-                after()
-    return Timings(samples)
+    """Milliseconds, always with one decimal (as this script has always printed them)."""
+    return ms(seconds, fine=False)
 
 
 def ratio_row(
     workload: str,
     measure: str,
-    times: Timings,
+    times: bench.Timings,
     ours: str,
     reference: str,
     label: str,
@@ -253,6 +205,7 @@ def bench_blobs(tmp: Path, config: Config, rng: np.random.Generator) -> list[Row
             },
             config.write_repeats,
             after=unlink_all(raw_path, archive_path),
+            isolate=True,
         )
         rows.append(
             ratio_row(
@@ -263,8 +216,8 @@ def bench_blobs(tmp: Path, config: Config, rng: np.random.Generator) -> list[Row
                 "raw",
                 "archive/raw write throughput",
                 0.8,
-                f"raw {_ms(times['raw'])} ({_gbps(size, times['raw'])}), archive {_ms(times['archive'])} "
-                f"({_gbps(size, times['archive'])}); archive file +{overhead / len(blobs):.0f} B/record",
+                f"raw {_ms(times['raw'])} ({gbs(size, times['raw'])}), archive {_ms(times['archive'])} "
+                f"({gbs(size, times['archive'])}); archive file +{overhead / len(blobs):.0f} B/record",
             )
         )
     return rows
@@ -337,15 +290,17 @@ def bench_encode(config: Config, rng: np.random.Generator) -> tuple[list[Row], E
             "encode_2_slabs": lambda: list(pool.map(lambda slab: encode_whole(slab, chunks), slabs)),
         }
         times = median_times(
-            {name: timed_cpu(name, function) for name, function in functions.items()}, config.encode_repeats
+            {name: timed_cpu(name, function) for name, function in functions.items()},
+            config.encode_repeats,
+            isolate=True,
         )
     cpu_median = {name: statistics.median(values) for name, values in cpu.items()}
     nbytes = volume.nbytes
 
     def detail(ours: str, reference: str) -> str:
         return (
-            f"{reference} {_ms(times[reference])} ({_gbps(nbytes, times[reference])}, "
-            f"cpu {_ms(cpu_median[reference])}), {ours} {_ms(times[ours])} ({_gbps(nbytes, times[ours])}, "
+            f"{reference} {_ms(times[reference])} ({gbs(nbytes, times[reference])}, "
+            f"cpu {_ms(cpu_median[reference])}), {ours} {_ms(times[ours])} ({gbs(nbytes, times[ours])}, "
             f"cpu {_ms(cpu_median[ours])})"
         )
 
@@ -408,6 +363,7 @@ def bench_store(tmp: Path, encoded: EncodedArray, config: Config) -> list[Row]:
         {"raw": lambda: write_raw(raw_path, records), "store": lambda: store_encoded(store_path, encoded, phases)},
         config.store_repeats,
         after=unlink_all(raw_path, store_path),
+        isolate=True,
     )
     times.add("create_encoded_array", phases["create_encoded_array"])
     what = f"{len(records)} records, {size / MB:.0f} MB"
@@ -420,8 +376,8 @@ def bench_store(tmp: Path, encoded: EncodedArray, config: Config) -> list[Row]:
             "raw",
             "create_encoded_array/raw throughput",
             0.8,
-            f"raw {_ms(times['raw'])} ({_gbps(size, times['raw'])}), create_encoded_array "
-            f"{_ms(times['create_encoded_array'])} ({_gbps(size, times['create_encoded_array'])})",
+            f"raw {_ms(times['raw'])} ({gbs(size, times['raw'])}), create_encoded_array "
+            f"{_ms(times['create_encoded_array'])} ({gbs(size, times['create_encoded_array'])})",
         ),
         ratio_row(
             "3 store encoded",
@@ -439,55 +395,25 @@ def bench_store(tmp: Path, encoded: EncodedArray, config: Config) -> list[Row]:
 # -- driver ---------------------------------------------------------------------------------------
 
 
-def format_table(rows: list[Row]) -> str:
-    header = ("workload", "measure", "ratio", "best", "of", "target", "ok", "raw medians / details")
-    table = [
-        (
-            row.workload,
-            row.measure,
-            "-" if row.ratio is None else f"{row.ratio:.2f}x",
-            "-" if row.best_ratio is None else f"{row.best_ratio:.2f}x",
-            row.ratio_label,
-            row.target,
-            "" if row.ok is None else ("ok" if row.ok else "MISS"),
-            row.detail,
-        )
-        for row in rows
-    ]
-    widths = [max(len(line[column]) for line in [header, *table]) for column in range(len(header) - 1)]
-    lines = []
-    for line in [header, *table]:
-        cells = [cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)]
-        lines.append("  ".join([*cells, line[-1]]).rstrip())
-    lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
-    return "\n".join(lines)
+WORKLOADS = ("blobs", "encode", "store")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small, fast run (smoke test, < 20 s)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (blob sizes and contents, volume noise)")
-    parser.add_argument("--tmpdir", type=Path, default=None, help="where to create the temporary directory")
-    parser.add_argument(
-        "--only",
-        choices=("blobs", "encode", "store"),
-        action="append",
-        help="run only these workloads (repeatable; default: all; store encodes the volume once)",
-    )
+    parser = bench.bench_parser(__doc__, "small, fast run (smoke test, < 20 s)")
+    seed_help = "random seed (blob sizes and contents, volume noise)"
+    bench.add_run_arguments(parser, seed_help, WORKLOADS, "; store encodes the volume once")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     config = quick_config(args.seed) if args.quick else Config(seed=args.seed)
-    only = set(args.only or ("blobs", "encode", "store"))
+    only = set(args.only or WORKLOADS)
     rng = np.random.default_rng(config.seed)
     rows: list[Row] = []
     load_before = os.getloadavg()
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-write-", dir=args.tmpdir))
-    try:
+    with bench.temporary_directory("bench-write-", args.tmpdir) as tmp:
         if "blobs" in only:
             rows += bench_blobs(tmp, config, rng)
         if only & {"encode", "store"}:
@@ -500,38 +426,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 del volume
             if "store" in only:
                 rows += bench_store(tmp, encoded, config)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     elapsed = time.perf_counter() - started
-    load_after = os.getloadavg()
-    print(
-        f"bench_write: ncore_like {ncore_like.__version__}, zarr {zarr.__version__}, numcodecs "
-        f"{numcodecs.__version__}, numpy {np.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, load avg {load_before[0]:.2f} -> {load_after[0]:.2f}, "
-        f"{'quick' if args.quick else 'full'} run in {elapsed:.1f} s "
-        "(ratio: of medians measured side by side; best: of the fastest runs)"
-    )
-    print(format_table(rows))
+    load = (load_before[0], os.getloadavg()[0])
+    run = bench.versions(numcodecs=numcodecs.__version__, numpy=np.__version__)
+    legend = "ratio: of medians measured side by side; best: of the fastest runs"
+    print(bench.banner("bench_write", run, quick=args.quick, elapsed=elapsed, load=load, legend=legend))
+    print(bench.format_table(rows, HEADER))
     for note in NOTES:
         print(f"note: {note}")
     if args.json is not None:
-        result = {
-            "config": asdict(config),
-            "quick": args.quick,
-            "elapsed_s": elapsed,
-            "load_average": {"before": load_before[0], "after": load_after[0]},
-            "versions": {
-                "ncore_like": ncore_like.__version__,
-                "zarr": zarr.__version__,
-                "numcodecs": numcodecs.__version__,
-                "numpy": np.__version__,
-                "python": platform.python_version(),
-            },
-            "cpus": os.cpu_count(),
-            "rows": [asdict(row) for row in rows],
-            "notes": NOTES,
-        }
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        bench.write_json(
+            args.json, config, quick=args.quick, elapsed=elapsed, versions=run, rows=rows, load=load, notes=NOTES
+        )
     return 0
 
 
