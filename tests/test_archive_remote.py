@@ -206,3 +206,30 @@ def test_http_threads_with_range_reads_fetch_concurrently(tmp_path: Path) -> Non
 def test_http_missing_file(http_root: HttpRoot) -> None:
     with pytest.raises(FileNotFoundError):
         IndexedTarArchive(UPath(f"{http_root.base_url}/missing.itar"))
+
+
+def test_http_server_ignoring_range_is_an_error_not_wrong_bytes(tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+
+    records = sample_records()
+    write_records(tmp_path / "seq.itar", records)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # answers 200, whole file
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = UPath(f"http://127.0.0.1:{server.server_address[1]}/seq.itar")
+        archive = IndexedTarArchive(url, remote_range_reads=True)
+        # The suffix request got the whole file: every record is right, served from memory.
+        assert archive.tail_size == archive.file_size == (tmp_path / "seq.itar").stat().st_size
+        assert {key: archive[key] for key in records} == records
+        # A range request answered with the whole file is refused, never returned as the record.
+        record = archive.records["frames/004"]
+        with pytest.raises(ArchiveFormatError, match="does the server honour Range requests"):
+            archive._live_source().read(record.offset, record.size)
+    finally:
+        server.shutdown()
+        server.server_close()
