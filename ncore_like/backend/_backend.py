@@ -30,9 +30,10 @@ from ._plan import ChunkLayout, ChunkTask, ReadPlan, chunk_layout, plan_read
 __all__ = ["Backend", "default_backend"]
 
 NDArray = np.ndarray[Any, Any]
-#: Reads storing fewer bytes than this run on the calling thread: a hand-off to a worker
-#: costs more than it saves (measured with scripts/bench_read.py).
-INLINE_BYTES = 256 * 1024
+#: Reads storing fewer bytes than this decode on the calling thread: handing chunks to the
+#: worker pool costs ~150 us, which a 2-core machine wins back from ~2 MB of Blosc records
+#: on (1.3x slower at 0.8 MB, 1.2x faster at 3 MB; scripts/bench_inline_threshold.py).
+INLINE_BYTES = 1536 * 1024
 #: Bytes of remote records fetched but not yet decoded, per read.
 MAX_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 
