@@ -342,3 +342,23 @@ def test_gathered_remote_read_async_overlap(tmp_path: Path) -> None:
     # Small frames may lie in the tail read (no request at all); the rest overlap.
     gets = [r for r in logged if r["method"] == "GET"]
     assert len(gets) <= 10 and (not gets or max_in_flight(gets) >= len(gets) - 1)
+
+
+@pytest.mark.http
+def test_remote_reads_keep_to_the_byte_budget(tmp_path: Path) -> None:
+    data = np.random.default_rng(4).standard_normal((8, 256, 256)).astype(np.float32)
+    write(tmp_path / "a.itar", lambda root: root.create_array("x", data, chunks=(1, 256, 256), compression=None))
+    chunk = 256 * 256 * 4
+    with start_http(tmp_path, latency=0.1) as server:
+        store = IndexedTarZarrStore(UPath(f"{server.endpoint}/a.itar"), index_tail_read_size=None)
+        array = Array(store.open_root_group().array("x").zarr, backend=Backend(max_bytes_in_flight=2 * chunk))
+        server.clear_requests()
+        np.testing.assert_array_equal(array.read(), data)
+        logged = [r for r in server.requests() if r["method"] == "GET"]
+    assert len(logged) == 8
+    assert max_in_flight(logged) == 2  # two records' worth at a time, not all eight
+
+
+def test_backend_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_bytes_in_flight"):
+        Backend(max_bytes_in_flight=0)
