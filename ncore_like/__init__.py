@@ -1,6 +1,7 @@
 """ncore_like: zarr hierarchies in single-file indexed tar archives (``.itar``), read fast
 from local disks and object storage."""
 
+from ._concurrency import set_worker_threads, worker_threads
 from .archive import IndexedTarArchive, IndexTailRetention, Record
 from .errors import (
     ArchiveClosedError,
@@ -29,5 +30,7 @@ __all__ = [
     "RecordExistsError",
     "Store",
     "ZarrStoreAdapter",
+    "set_worker_threads",
+    "worker_threads",
 ]
 __version__ = "0.1.0"
