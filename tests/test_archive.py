@@ -463,3 +463,19 @@ def test_copied_golden_fixture_is_unchanged(tmp_path: Path) -> None:
     for name in MANIFEST["archives"]:
         shutil.copy(FIXTURES / name, tmp_path / name)
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_file_and_memory_urls(tmp_path: Path) -> None:
+    import fsspec
+    from upath import UPath
+
+    records = {"a": b"1" * 3000, "b/c": b""}
+    write_archive(tmp_path / "u.itar", records)
+    by_url = IndexedTarArchive(f"file://{tmp_path / 'u.itar'}")
+    assert not by_url.is_remote and {key: by_url[key] for key in records} == records
+    assert by_url.itar_upath.path == str(tmp_path / "u.itar")
+    memory = UPath("memory://archives/u.itar")
+    write_archive(memory, records)
+    assert fsspec.filesystem("memory").cat_file("/archives/u.itar") == (tmp_path / "u.itar").read_bytes()
+    in_memory = IndexedTarArchive(memory, remote_range_reads=True)
+    assert not in_memory.is_remote and {key: in_memory[key] for key in records} == records
