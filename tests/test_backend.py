@@ -362,3 +362,25 @@ def test_remote_reads_keep_to_the_byte_budget(tmp_path: Path) -> None:
 def test_backend_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="max_bytes_in_flight"):
         Backend(max_bytes_in_flight=0)
+
+
+async def test_gathered_fallback_reads_do_not_starve_the_worker_pool(tmp_path: Path) -> None:
+    # A fallback read runs zarr-python, whose record reads use the worker pool; if fallback
+    # reads themselves occupied the pool, a few of them at once would wait forever.
+    from ncore_like import set_worker_threads
+
+    data = np.random.default_rng(5).standard_normal((4, 256, 256))
+    write(
+        tmp_path / "a.itar",
+        lambda root: root.zarr.create_array(
+            "z", shape=data.shape, chunks=(1, 256, 256), dtype="f8", compressors=numcodecs.Zstd(level=1)
+        ).__setitem__(Ellipsis, data),
+    )
+    set_worker_threads(1)
+    try:
+        arrays = [open_array(tmp_path / "a.itar", "z") for _ in range(4)]
+        results = await asyncio.wait_for(asyncio.gather(*(array.read_async() for array in arrays)), timeout=60)
+    finally:
+        set_worker_threads(None)
+    for result in results:
+        np.testing.assert_array_equal(result, data)

@@ -275,7 +275,9 @@ class Backend:
         if isinstance(fast, str):
             self._count(f"fallback: {fast}")
             kind = selection_kind(array, selection)
-            return await run_in_worker(read_selection, array, selection, kind, out)
+            # Not on the worker pool: zarr-python's record reads use that pool, and fallback
+            # reads occupying it while they wait for them would starve it.
+            return await asyncio.to_thread(read_selection, array, selection, kind, out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)
