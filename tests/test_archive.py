@@ -479,3 +479,51 @@ def test_file_and_memory_urls(tmp_path: Path) -> None:
     assert fsspec.filesystem("memory").cat_file("/archives/u.itar") == (tmp_path / "u.itar").read_bytes()
     in_memory = IndexedTarArchive(memory, remote_range_reads=True)
     assert not in_memory.is_remote and {key: in_memory[key] for key in records} == records
+
+
+# -- the process-wide cache of decoded indices ---------------------------------------------
+
+
+def test_reopening_takes_the_decoded_index_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncore_like.archive import _archive
+
+    write_archive(tmp_path / "c.itar", sample_records())
+    decoded: list[int] = []
+    original = _archive.decode_index
+
+    def counting(*args: object, **kwargs: object) -> object:
+        decoded.append(1)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_archive, "decode_index", counting)
+    first = IndexedTarArchive(tmp_path / "c.itar")
+    second = IndexedTarArchive(tmp_path / "c.itar", index_tail_read_size=None)  # index read separately
+    assert len(decoded) <= 1  # once at most (an earlier test may have opened the same bytes)
+    assert second.keys() == first.keys() and second["big"] == sample_records()["big"]
+
+
+def test_a_rewritten_archive_never_finds_a_stale_index(tmp_path: Path) -> None:
+    path = tmp_path / "r.itar"
+    write_archive(path, {"a": b"old", "b": b"x" * 600})
+    assert IndexedTarArchive(path)["a"] == b"old"
+    write_archive(path, {"b": b"y" * 600, "a": b"new!"})
+    archive = IndexedTarArchive(path)
+    assert archive.keys() == ["b", "a"] and archive["a"] == b"new!"
+
+
+def test_index_cache_is_bounded_by_records() -> None:
+    from ncore_like.archive._format import Index
+    from ncore_like.archive._index_cache import IndexCache
+
+    def entry(count: int) -> tuple[Index, dict[str, int]]:
+        keys = [f"k{i}" for i in range(count)]
+        return Index(keys, list(range(count)), [1] * count), {key: i for i, key in enumerate(keys)}
+
+    cache = IndexCache(max_records=12)
+    cache.put(0, b"one", entry(6))
+    cache.put(0, b"two", entry(4))
+    assert cache.get(0, b"one") is not None and cache.get(1, b"one") is None  # the offset is part of the key
+    cache.put(0, b"three", entry(5))  # evicts the least recently used: "two"
+    assert cache.get(0, b"two") is None and cache.get(0, b"one") is not None and cache.get(0, b"three") is not None
+    cache.put(0, b"huge", entry(13))  # larger than the whole cache: not kept
+    assert cache.get(0, b"huge") is None

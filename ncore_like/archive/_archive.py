@@ -21,6 +21,7 @@ from ._format import (
     unpack_index_header,
     validate_key,
 )
+from ._index_cache import index_cache
 from ._location import display_name, local_path, to_upath
 from ._sources import FsspecSource, LocalSource, RecordSource
 from ._writer import ArchiveWriter
@@ -130,7 +131,7 @@ class IndexedTarArchive:
             header, index_data = self._accept_tail(tail, file_size)
             if index_data is None:
                 index_data = source.read(header.offset, header.size)
-            self._set_index(decode_index(index_data, header, self._name))
+            self._load_index(index_data, header)
         except BaseException:
             source.close()
             raise
@@ -201,9 +202,22 @@ class IndexedTarArchive:
             return header, tail[start : start + header.size]
         return header, None
 
-    def _set_index(self, index: Index) -> None:
+    def _set_index(self, index: Index, positions: dict[str, int] | None = None) -> None:
         self._keys, self._offsets, self._sizes = index.keys, index.offsets, index.sizes
-        self._positions = dict(zip(index.keys, range(len(index.keys)), strict=True))
+        if positions is None:
+            positions = dict(zip(index.keys, range(len(index.keys)), strict=True))
+        self._positions = positions
+
+    def _load_index(self, data: bytes, header: IndexHeader) -> None:
+        """Decodes the index, or takes it from the process-wide cache (read-only, shared)."""
+        data = bytes(data)
+        cached = index_cache.get(header.offset, data)
+        if cached is None:
+            index = decode_index(data, header, self._name)
+            self._set_index(index)
+            index_cache.put(header.offset, data, (index, self._positions))
+        else:
+            self._set_index(*cached)
 
     @classmethod
     async def open_async(
@@ -236,7 +250,7 @@ class IndexedTarArchive:
             header, index_data = archive._accept_tail(tail, file_size)
             if index_data is None:
                 index_data = await source.read_async(header.offset, header.size)
-            archive._set_index(decode_index(index_data, header, archive._name))
+            archive._load_index(index_data, header)
             await archive._prefetch_async(tuple(prefetch_keys))
         except BaseException:
             source.close()
