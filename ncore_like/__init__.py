@@ -11,7 +11,7 @@ from .errors import (
     RecordExistsError,
 )
 from .nodes import Array, BloscCompression, EncodedArray, Group, NodeCache
-from .store import IndexedTarZarrStore, Store, ZarrStoreAdapter
+from .store import IndexedTarZarrStore, Store, ZarrStoreAdapter, clear_caches
 
 __all__ = [
     "ArchiveClosedError",
@@ -30,6 +30,7 @@ __all__ = [
     "RecordExistsError",
     "Store",
     "ZarrStoreAdapter",
+    "clear_caches",
     "set_worker_threads",
     "worker_threads",
 ]

@@ -60,8 +60,7 @@ import zarr.storage
 from upath import UPath
 from zarr.abc.store import Store as ZarrStore
 
-from ncore_like import IndexedTarArchive, IndexedTarZarrStore, Record
-from ncore_like.archive._index_cache import index_cache
+from ncore_like import IndexedTarArchive, IndexedTarZarrStore, Record, clear_caches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
 import _benchlib as bench
@@ -303,11 +302,11 @@ def bench_open(path: Path, keys: list[str], config: Config, rng: random.Random) 
             os.pread(fd, min(size, TAIL_READ_SIZE), max(0, size - TAIL_READ_SIZE))
 
         def open_close() -> None:
-            index_cache.clear()  # the first open of the archive in this process
+            clear_caches()  # the first open of the archive in this process
             IndexedTarArchive(path).close()
 
         def open_read() -> None:
-            index_cache.clear()
+            clear_caches()
             with IndexedTarArchive(path) as archive:
                 archive[key]
 
@@ -713,7 +712,7 @@ def bench_store_open(tmp: Path, config: Config) -> list[Row]:
     def ours_run(consolidated: bool, read: bool, cold: bool = False) -> Callable[[], object]:
         def run() -> object:
             if cold:  # as the first open of the archive in this process
-                index_cache.clear()
+                clear_caches()
             store = IndexedTarZarrStore(ours)
             try:
                 array = store.open_root_group(consolidated=consolidated).array(target)

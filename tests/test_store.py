@@ -420,3 +420,26 @@ async def test_s3_open_async_then_read(s3_bucket: Any) -> None:
     store = await IndexedTarZarrStore.open_async(location)
     assert store.archive.is_remote
     check_hierarchy(store.open_root_group().zarr, 2)
+
+
+def test_reopening_decodes_the_consolidated_record_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncore_like import clear_caches
+    from ncore_like.store import _itar_store
+
+    with IndexedTarZarrStore(tmp_path / "c.itar", mode="w") as store:
+        write_hierarchy(store, 3, compressed=True, consolidate=True)
+    decoded: list[int] = []
+    original = _itar_store.decode_consolidated
+
+    def counting(*args: Any) -> Any:
+        decoded.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(_itar_store, "decode_consolidated", counting)
+    clear_caches()
+    for _ in range(3):
+        check_hierarchy(IndexedTarZarrStore(tmp_path / "c.itar").open_root_group().zarr, 3)
+    assert len(decoded) == 1
+    clear_caches()
+    IndexedTarZarrStore(tmp_path / "c.itar").open_root_group()
+    assert len(decoded) == 2

@@ -10,7 +10,7 @@ from ._consolidated import (
     ConsolidatedMetadataError,
     is_consolidated_metadata_key,
 )
-from ._itar_store import IndexedTarZarrStore
+from ._itar_store import IndexedTarZarrStore, clear_caches
 from ._zarr_store import ItarZarrStore
 
 __all__ = [
@@ -21,5 +21,6 @@ __all__ = [
     "ItarZarrStore",
     "Store",
     "ZarrStoreAdapter",
+    "clear_caches",
     "is_consolidated_metadata_key",
 ]

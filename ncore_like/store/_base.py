@@ -144,11 +144,12 @@ class Store(ABC):
             group: ZarrGroup = open_group(self._reading_store())
         else:
             zarr_format, data = record
-            group = self._open_consolidated(decode_consolidated(data, zarr_format, self.name), zarr_format)
+            group = self._open_consolidated(data, zarr_format)
         return Group(group, store=self)
 
-    def _open_consolidated(self, metadata: dict[str, Any], zarr_format: ZarrFormat) -> ZarrGroup:
-        """The root group built from decoded consolidated metadata, without store I/O."""
+    def _open_consolidated(self, record: bytes, zarr_format: ZarrFormat) -> ZarrGroup:
+        """The root group built from a consolidated metadata record, without store I/O."""
+        metadata = decode_consolidated(record, zarr_format, self.name)
         root, members = zarr_nodes(metadata, zarr_format, self.name)
         return group_from_node_metadata(self._reading_store(), root, members)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from pathlib import PurePath
 from typing import Any, Literal
 
@@ -9,12 +11,27 @@ from upath import UPath
 from zarr import Group as ZarrGroup
 
 from ..archive import IndexedTarArchive, IndexTailRetention
+from ..archive._index_cache import index_cache
 from ._base import Store
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, zarr_nodes
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, decode_consolidated, zarr_nodes
 from ._zarr_compat import open_group
 from ._zarr_store import ItarZarrStore
 
-__all__ = ["IndexedTarZarrStore"]
+__all__ = ["IndexedTarZarrStore", "clear_caches"]
+
+# Decoded consolidated records of recently opened hierarchies, by record: reopening an
+# archive (its index comes from the archive layer's cache) then decodes nothing at all.
+_DECODED_RECORDS = 64
+_decoded: OrderedDict[tuple[int, bytes], dict[str, Any]] = OrderedDict()
+_decoded_lock = threading.Lock()
+
+
+def clear_caches() -> None:
+    """Forgets the decoded indices and consolidated metadata this process keeps (e.g. to
+    measure first opens; the caches never serve stale entries, so correctness never needs it)."""
+    index_cache.clear()
+    with _decoded_lock:
+        _decoded.clear()
 
 
 class IndexedTarZarrStore(Store):
@@ -88,11 +105,22 @@ class IndexedTarZarrStore(Store):
         opened, see :meth:`IndexedTarArchive.release_index_tail`."""
         self._archive.release_index_tail(retention, consolidated=consolidated)
 
-    def _open_consolidated(self, metadata: dict[str, Any], zarr_format: Literal[2, 3]) -> ZarrGroup:
+    def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> ZarrGroup:
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
-        zarr_nodes(metadata, zarr_format, self.name)  # the same checks as the generic path
+        key = (zarr_format, record)
+        with _decoded_lock:
+            metadata = _decoded.get(key)
+            if metadata is not None:
+                _decoded.move_to_end(key)
+        if metadata is None:
+            metadata = decode_consolidated(record, zarr_format, self.name)
+            zarr_nodes(metadata, zarr_format, self.name)  # the same checks as the generic path
+            with _decoded_lock:  # only read from here on (served as JSON), so it can be shared
+                _decoded[key] = metadata
+                while len(_decoded) > _DECODED_RECORDS:
+                    _decoded.popitem(last=False)
         return open_group(ItarZarrStore(self._archive, read_only=True, node_metadata=metadata))
 
     # Records are read straight from the archive: no hop through zarr's event loop.
