@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._concurrency import run_in_worker, run_on_io_loop, worker_pool
-from ..store._zarr_compat import ZarrArray, read_selection, selection_kind
+from ..store._zarr_compat import ZarrArray, read_selection, selection_kind, selection_shape
 from ._decode import decode_into, scratch_buffer
 from ._plan import ChunkLayout, ChunkTask, ReadPlan, chunk_layout, plan_read
 
@@ -92,12 +92,15 @@ class Backend:
 
     # -- planning ------------------------------------------------------------------------
 
-    def plan(self, array: ZarrArray, selection: Any) -> tuple[str, tuple[int, ...]]:
-        """The shape ``array[selection]`` has (zarr-python's errors for invalid selections)."""
-        from ..store._zarr_compat import selection_shape
-
+    def shape(self, array: ZarrArray, selection: Any, *, memo: dict[str, Any] | None = None) -> tuple[int, ...]:
+        """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
+        complete reads take it from the memoised plan, which the read then uses too."""
+        if selection is Ellipsis:
+            fast = self._fast(array, selection, memo)
+            if not isinstance(fast, str):
+                return fast[1].shape
         kind = selection_kind(array, selection)
-        return kind, selection_shape(array, selection, kind)
+        return selection_shape(array, selection, kind)
 
     def _fast(
         self, array: ZarrArray, selection: Any, memo: dict[str, Any] | None

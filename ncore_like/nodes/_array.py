@@ -115,7 +115,7 @@ class Array(Node[ZarrArray]):
     def _prepare(self, selection: Selection, out: NDArray | None) -> None:
         if out is not None:
             with _naming(self._where()):
-                _, shape = self._backend.plan(self._node, selection)
+                shape = self._backend.shape(self._node, selection, memo=self._memo)
             self._checked_out(out, shape)
 
     @staticmethod
