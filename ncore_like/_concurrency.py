@@ -1,51 +1,75 @@
-"""The one place that owns event loops and worker threads.
+"""The one owner of event loops, worker threads and process-wide execution settings.
 
 * Remote I/O runs on fsspec's own event loop (the ``fsspecIO`` thread): coroutines of an
   fsspec filesystem instance belong to that loop, and awaiting them on another loop hangs.
-  :func:`await_on_fsspec_loop` bridges from any caller loop without blocking it, and
-  :func:`run_on_fsspec_loop` from synchronous code.
+  :func:`await_on_loop` bridges from any running loop without blocking it, and
+  :func:`sync` from synchronous code. zarr-python's coroutines run on zarr's loop through
+  the same :func:`sync` (the compat module names that loop).
+* :func:`sync` refuses to wait for a loop from that loop's own thread (:class:`EventLoopError`
+  instead of a hang forever) and can be bounded in time (:func:`set_sync_timeout`).
 * Blocking work (local ``pread``, decompression) runs on one shared, bounded thread pool,
   sized from the CPU count and configurable with :func:`set_worker_threads`.
+* Codecs: Blosc must not use its global context (``numcodecs.blosc.use_threads``), or the
+  compressions and decompressions of many threads serialise on its lock. This module sets
+  it once for the process (zarr-python sets the same), so encoding and decoding never
+  depend on whether zarr was imported.
 * After ``os.fork`` the child gets a fresh pool: threads do not survive a fork, and a pool
-  whose threads are gone would accept work and never run it.
+  whose threads are gone would accept work and never run it. (fsspec and zarr-python reset
+  their own loops after a fork.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
-from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator, Iterable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import fsspec.asyn
+import numcodecs.blosc
+
+from .errors import EventLoopError
 
 __all__ = [
-    "await_on_fsspec_loop",
+    "await_on_loop",
+    "default_workers",
     "fsspec_loop",
+    "io_loop",
+    "ordered_map",
     "run_in_worker",
-    "run_on_fsspec_loop",
-    "run_on_io_loop",
+    "set_sync_timeout",
     "set_worker_threads",
+    "sync",
+    "sync_timeout",
     "worker_pool",
     "worker_threads",
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+numcodecs.blosc.use_threads = False
 
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size: int | None = None
+_sync_timeout: float | None = None
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _default_worker_threads() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
     # I/O waits overlap decoding, so a couple of threads beyond the cores pay off.
-    return max(2, cpus + 2)
+    return max(2, _cpus() + 2)
 
 
 def worker_threads() -> int:
@@ -84,33 +108,132 @@ async def run_in_worker(function: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(worker_pool(), function, *args)
 
 
+# -- event loops ---------------------------------------------------------------------------
+
+
+def io_loop() -> asyncio.AbstractEventLoop:
+    """fsspec's I/O loop, where remote requests run (and async read plans are driven)."""
+    loop: asyncio.AbstractEventLoop = fsspec.asyn.get_loop()
+    return loop
+
+
 def fsspec_loop(filesystem: fsspec.asyn.AsyncFileSystem) -> asyncio.AbstractEventLoop:
     """The event loop that the coroutines of an async fsspec filesystem instance belong to."""
     loop: asyncio.AbstractEventLoop = filesystem.loop
     return loop
 
 
-async def await_on_fsspec_loop(filesystem: fsspec.asyn.AsyncFileSystem, coroutine: Coroutine[Any, Any, T]) -> T:
-    """Awaits a coroutine of ``filesystem`` on its loop from any running loop, without
-    blocking the running loop."""
-    loop = fsspec_loop(filesystem)
+def sync_timeout() -> float | None:
+    """Seconds a synchronous call waits for its coroutine (None: no limit), see
+    :func:`set_sync_timeout`."""
+    return _sync_timeout
+
+
+def set_sync_timeout(seconds: float | None) -> None:
+    """Bounds how long every synchronous call that runs a coroutine on an event loop waits
+    (e.g. a blocking read of a remote archive), in seconds; ``None`` (the default) waits as
+    long as the work takes. A call that runs out of time cancels its coroutine and raises
+    ``TimeoutError``. The duration of a read grows with its size, so per-request timeouts of
+    the filesystem (e.g. s3fs's ``read_timeout``) are the finer tool; this bound is the
+    backstop for a job that must never wait forever."""
+    global _sync_timeout
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"sync timeout must be positive seconds or None, got {seconds!r}")
+    _sync_timeout = seconds
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def sync(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, *, timeout: float | None = None) -> T:
+    """Runs ``coroutine`` on ``loop`` (running in another thread) and waits for its result.
+
+    Many threads may call this at once: their coroutines run concurrently on the loop.
+
+    Args:
+        coroutine: The coroutine to run.
+        loop: The loop it belongs to (e.g. :func:`io_loop`, :func:`fsspec_loop`).
+        timeout: Seconds to wait at most (default: :func:`sync_timeout`).
+
+    Raises:
+        EventLoopError: When called on the thread that runs ``loop``: waiting there would
+            block the very loop that has to finish the work, forever.
+        TimeoutError: When the coroutine did not finish in time (it is cancelled).
+    """
+    if _running_loop() is loop:
+        coroutine.close()
+        raise EventLoopError(
+            "a blocking call was made from the event loop thread that has to run it (it would wait for "
+            "itself forever); await the *_async method instead"
+        )
+    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    limit = _sync_timeout if timeout is None else timeout
+    try:
+        return future.result(limit)
+    except concurrent.futures.TimeoutError as error:
+        if future.done():  # the coroutine itself raised TimeoutError
+            raise
+        future.cancel()
+        raise TimeoutError(f"a blocking call did not finish within {limit} s (cancelled)") from error
+
+
+async def await_on_loop(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """Awaits a coroutine that belongs to ``loop`` from any running loop, without blocking
+    the running loop."""
     if asyncio.get_running_loop() is loop:
         return await coroutine
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
 
-def run_on_fsspec_loop(filesystem: fsspec.asyn.AsyncFileSystem, coroutine: Coroutine[Any, Any, T]) -> T:
-    """Runs a coroutine of ``filesystem`` on its loop and waits for the result.
+# -- bounded, ordered parallel work --------------------------------------------------------
 
-    Many threads may call this at once: their coroutines run concurrently on the loop.
+
+def default_workers() -> int:
+    """Threads for bulk work by default (reading or encoding many items): one per CPU this
+    process may run on."""
+    return _cpus()
+
+
+def ordered_map(
+    pool: Executor,
+    function: Callable[[T], R],
+    items: Iterable[T],
+    *,
+    max_items: int,
+    max_bytes: int,
+    size: Callable[[T], int],
+) -> Generator[tuple[T, R], None, None]:
+    """Yields ``(item, function(item))`` in the order of ``items``, computed on ``pool``.
+
+    At most ``max_items`` items, and items of at most ``max_bytes`` in total (by ``size``),
+    are submitted and not yet consumed; an item larger than ``max_bytes`` runs alone. An
+    exception of ``function`` is raised when its item's turn comes; work not started yet is
+    cancelled when the generator is closed (use ``contextlib.closing`` so that an error in the
+    consumer doesn't leave the pool's shutdown waiting for all submitted work).
     """
-    return asyncio.run_coroutine_threadsafe(coroutine, fsspec_loop(filesystem)).result()
-
-
-def run_on_io_loop(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Runs a coroutine on fsspec's I/O loop (where remote requests run anyway) and waits:
-    the synchronous face of async read plans."""
-    return asyncio.run_coroutine_threadsafe(coroutine, fsspec.asyn.get_loop()).result()
+    pending: deque[tuple[T, int, Future[R]]] = deque()
+    in_flight = 0
+    try:
+        for item in items:
+            weight = max(0, size(item))
+            # Consume the oldest results until the new item fits the bounds.
+            while pending and (len(pending) >= max_items or in_flight + weight > max_bytes):
+                done, done_weight, future = pending.popleft()
+                in_flight -= done_weight
+                yield done, future.result()
+            pending.append((item, weight, pool.submit(function, item)))
+            in_flight += weight
+        while pending:
+            done, done_weight, future = pending.popleft()
+            in_flight -= done_weight
+            yield done, future.result()
+    finally:
+        for _, _, future in pending:
+            future.cancel()
 
 
 def _reset_after_fork() -> None:

@@ -1,48 +1,97 @@
-"""The errors of ncore_like.
+"""The errors of ncore_like, all in this module.
 
-Each class mixes in the builtin exception a caller would naturally catch, so code that
-handles ``ValueError`` or ``KeyError`` keeps working, while code that cares can catch the
-precise class. Messages name the archive (or store) and what is wrong with it.
+Every error derives from :class:`NcoreLikeError` and mixes in the builtin exception a
+caller would naturally catch, so code that handles ``ValueError`` or ``KeyError`` keeps
+working, while code that cares can catch the precise class. Messages name the archive (or
+store) and what is wrong with it; the parts are also attributes (:attr:`~NcoreLikeError.archive`,
+:attr:`~NcoreLikeError.key`, :attr:`~NcoreLikeError.detail`), so a program (e.g. the
+command line, which names the archive once) never has to take a message apart.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ArchiveClosedError",
     "ArchiveFormatError",
+    "ConsolidatedMetadataError",
+    "EventLoopError",
     "InvalidKeyError",
+    "NcoreLikeError",
     "ReadOnlyError",
     "RecordExistsError",
 ]
 
 
-class RecordExistsError(ValueError):
-    """A record written to an archive exists already (records are write-once).
+def _restore(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
-    Attributes:
-        key: The key of the record that exists already.
+
+class NcoreLikeError(Exception):
+    """The base of every error ncore_like raises.
+
+    Args:
+        detail: What is wrong (without the archive's name).
+        archive: The archive or store concerned (its path or URL), if one is.
+        key: The record concerned, if one is.
     """
 
-    def __init__(self, key: str, message: str | None = None) -> None:
-        super().__init__(message if message is not None else f"record {key!r} exists already")
+    def __init__(self, detail: str = "", *, archive: str | None = None, key: str | None = None) -> None:
+        super().__init__(f"{archive}: {detail}" if archive else detail)
+        self.detail = detail
+        """What is wrong, without the archive's name."""
+        self.archive = archive
+        """The archive or store concerned (path or URL), None if none is."""
         self.key = key
+        """The record concerned, None if none is."""
 
-    def __reduce__(self) -> tuple[type[RecordExistsError], tuple[str, str]]:
-        # Keep ``key`` across pickling (e.g. errors raised in worker processes).
-        return (type(self), (self.key, str(self)))
+    def __str__(self) -> str:
+        # KeyError would quote the message; every error of ours reads as its message.
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors raised in worker processes arrive with their attributes, whatever the
+        # constructor of the subclass.
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
 
 
-class ArchiveFormatError(ValueError):
+class ArchiveFormatError(NcoreLikeError, ValueError):
     """A file is not a valid indexed tar archive (truncated, wrong magic, corrupt index...)."""
 
 
-class ArchiveClosedError(ValueError):
+class ArchiveClosedError(NcoreLikeError, ValueError):
     """A record that is not held in memory was read from a closed archive."""
 
 
-class ReadOnlyError(ValueError):
-    """A write was attempted on an archive or store opened for reading."""
+class ReadOnlyError(NcoreLikeError, ValueError):
+    """A write was attempted on an archive, store or node opened for reading."""
 
 
-class InvalidKeyError(ValueError):
+class InvalidKeyError(NcoreLikeError, ValueError):
     """A record key is empty, absolute, or contains ``..`` components or NUL characters."""
+
+
+class ConsolidatedMetadataError(NcoreLikeError, ValueError):
+    """A consolidated metadata record can't be decoded."""
+
+
+class EventLoopError(NcoreLikeError, RuntimeError):
+    """A blocking call was made on the thread of the event loop that has to run it (it
+    would wait for itself forever); use the ``*_async`` method and ``await`` it instead."""
+
+
+class RecordExistsError(NcoreLikeError, ValueError):
+    """A record written to an archive exists already (records are write-once).
+
+    Args:
+        key: The key of the record that exists already.
+        detail: What is wrong (default: that the record exists already).
+        archive: The archive concerned.
+    """
+
+    def __init__(self, key: str, detail: str | None = None, *, archive: str | None = None) -> None:
+        super().__init__(detail if detail is not None else f"record {key!r} exists already", archive=archive, key=key)

@@ -512,18 +512,23 @@ def test_a_rewritten_archive_never_finds_a_stale_index(tmp_path: Path) -> None:
 
 
 def test_index_cache_is_bounded_by_records() -> None:
+    from ncore_like._lru import LRUCache
+    from ncore_like.archive import _archive
     from ncore_like.archive._format import Index
-    from ncore_like.archive._index_cache import IndexCache
 
     def entry(count: int) -> tuple[Index, dict[str, int]]:
         keys = [f"k{i}" for i in range(count)]
         return Index(keys, list(range(count)), [1] * count), {key: i for i, key in enumerate(keys)}
 
-    cache = IndexCache(max_records=12)
-    cache.put(0, b"one", entry(6))
-    cache.put(0, b"two", entry(4))
-    assert cache.get(0, b"one") is not None and cache.get(1, b"one") is None  # the offset is part of the key
-    cache.put(0, b"three", entry(5))  # evicts the least recently used: "two"
-    assert cache.get(0, b"two") is None and cache.get(0, b"one") is not None and cache.get(0, b"three") is not None
-    cache.put(0, b"huge", entry(13))  # larger than the whole cache: not kept
-    assert cache.get(0, b"huge") is None
+    # The same cache type and weight as the archive's process-wide cache, with a small bound.
+    cache: LRUCache[tuple[int, bytes], _archive.DecodedIndex] = LRUCache(12, weight=lambda e: len(e[0].keys))
+    cache.put((0, b"one"), entry(6))
+    cache.put((0, b"two"), entry(4))
+    assert cache.get((0, b"one")) is not None and cache.get((1, b"one")) is None  # the offset is part of the key
+    cache.put((0, b"three"), entry(5))  # evicts the least recently used: "two"
+    assert cache.get((0, b"two")) is None and cache.get((0, b"one")) is not None
+    assert cache.get((0, b"three")) is not None
+    cache.put((0, b"huge"), entry(13))  # larger than the whole cache: not kept
+    assert cache.get((0, b"huge")) is None
+    # The archive's own cache weighs entries by their records.
+    assert _archive._decoded_indices.max_weight == _archive.DECODED_INDEX_RECORDS

@@ -28,7 +28,7 @@ from ncore_like import (
     RecordExistsError,
     ZarrStoreAdapter,
 )
-from ncore_like.store._zarr_compat import chunk_key
+from ncore_like._compat import chunk_key
 
 FORMATS = [2, 3]
 

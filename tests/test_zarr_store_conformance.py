@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import zarr
 from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.buffer.cpu import Buffer as CpuBuffer
+from zarr.errors import ContainsArrayError
 from zarr.testing.store import StoreTests
 
-from ncore_like import IndexedTarArchive
+from ncore_like import IndexedTarArchive, RecordExistsError
 from ncore_like.store import ItarZarrStore
 
 
@@ -50,17 +53,12 @@ class TestItarZarrStore(StoreTests[ItarZarrStore, CpuBuffer]):
     )
     async def test_with_read_only_store(self, open_kwargs: dict[str, Any]) -> None: ...
 
-    @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
-    async def test_delete(self, store: ItarZarrStore) -> None: ...
-
-    @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
-    async def test_delete_dir(self, store: ItarZarrStore) -> None: ...
+    # The suite skips its delete tests itself: the store says supports_deletes = False.
+    def test_store_supports_deletes(self, store: ItarZarrStore) -> None:
+        assert not store.supports_deletes
 
     @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
     async def test_clear(self, store: ItarZarrStore) -> None: ...
-
-    @pytest.mark.skip(reason="written records can't be deleted (write-once); tested in test_store.py")
-    def test_delete_sync(self, store: ItarZarrStore) -> None: ...
 
 
 async def test_reader_round_trip_of_the_suite_values(tmp_path: Path) -> None:
@@ -72,3 +70,18 @@ async def test_reader_round_trip_of_the_suite_values(tmp_path: Path) -> None:
     assert store.read_only
     value = await store.get("c/0", default_buffer_prototype())
     assert value is not None and value.to_bytes() == b"\x01\x02\x03\x04"
+
+
+def test_zarr_python_opens_a_new_archive_with_mode_w_and_refuses_to_clear_a_written_one(tmp_path: Path) -> None:
+    # With supports_deletes = False, zarr-python clears a hierarchy opened with mode="w" by
+    # delete_dir (a no-op on an empty archive) and refuses to overwrite existing nodes
+    # instead of deleting them.
+    store = ItarZarrStore(tmp_path / "w.itar", read_only=False)
+    root = zarr.open_group(store, mode="w", zarr_format=3)
+    root.create_array("a", shape=(2,), dtype="i4")[...] = np.arange(2, dtype="i4")
+    with pytest.raises(ContainsArrayError):
+        root.create_array("a", shape=(3,), dtype="i4", overwrite=True)
+    with pytest.raises(RecordExistsError, match=r"can't be deleted \(archive records are write-once\)"):
+        zarr.open_group(store, mode="w", zarr_format=3)
+    store.close()
+    np.testing.assert_array_equal(zarr.open_array(ItarZarrStore(tmp_path / "w.itar"), path="a")[...], [0, 1])

@@ -11,6 +11,8 @@ from typing import Any, Literal, NamedTuple, get_args
 from upath import UPath
 
 from .._concurrency import run_in_worker
+from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
+from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ReadOnlyError, RecordExistsError
 from ._format import (
     BLOCK_SIZE,
@@ -21,7 +23,6 @@ from ._format import (
     unpack_index_header,
     validate_key,
 )
-from ._index_cache import index_cache
 from ._location import display_name, local_path, to_upath
 from ._sources import FsspecSource, LocalSource, RecordSource
 from ._writer import ArchiveWriter
@@ -30,7 +31,16 @@ __all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
 
 IndexTailRetention = Literal["release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"]
 _RETENTIONS = frozenset(get_args(IndexTailRetention))
-_DEFAULT_TAIL_READ_SIZE = 1 << 20
+DecodedIndex = tuple[Index, dict[str, int]]
+# Decoding the index of a 20,000-record archive (xz, then CBOR, then the key lookup table)
+# takes ~7 ms, most of an archive's opening, and jobs often open the same archive again and
+# again (a dataset that opens its store per sample...). The key is the compressed index and
+# the offset it was found at, so a changed archive never finds a stale entry, and there is
+# no file identity to get wrong (paths, remote objects, renames). Entries are read-only and
+# shared; the bound counts records.
+_decoded_indices: LRUCache[tuple[int, bytes], DecodedIndex] = process_cache(
+    DECODED_INDEX_RECORDS, weight=lambda entry: len(entry[0].keys)
+)
 
 
 class Record(NamedTuple):
@@ -116,7 +126,7 @@ class IndexedTarArchive:
         self,
         itar_path: str | PurePath | UPath,
         mode: Literal["r", "w"] = "r",
-        index_tail_read_size: int | None = _DEFAULT_TAIL_READ_SIZE,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
     ) -> None:
         self._init_state(to_upath(itar_path), mode, index_tail_read_size, remote_range_reads)
@@ -180,16 +190,17 @@ class IndexedTarArchive:
         """Decodes the header from the tail read and keeps the tail; returns the index
         bytes if the tail holds them."""
         if file_size == 0 or not tail:
-            raise ArchiveFormatError(f"{self._name}: empty file, not an indexed tar archive")
+            raise ArchiveFormatError("empty file, not an indexed tar archive", archive=self._name)
         header = unpack_index_header(tail, self._name)
         if file_size is None:  # remote suffix read: the header tells the size
             file_size = header.file_size
             if file_size < len(tail):
-                raise ArchiveFormatError(f"{self._name}: index header inconsistent with the file size")
+                raise ArchiveFormatError("index header inconsistent with the file size", archive=self._name)
         if header.offset + header.size > file_size - BLOCK_SIZE:
             raise ArchiveFormatError(
-                f"{self._name}: index of {header.size} bytes at offset {header.offset} extends past the "
-                f"end of the {file_size}-byte file (truncated?)"
+                f"index of {header.size} bytes at offset {header.offset} extends past the "
+                f"end of the {file_size}-byte file (truncated?)",
+                archive=self._name,
             )
         self._file_size = file_size
         self._index_record = Record(header.offset, header.size)
@@ -211,11 +222,11 @@ class IndexedTarArchive:
     def _load_index(self, data: bytes, header: IndexHeader) -> None:
         """Decodes the index, or takes it from the process-wide cache (read-only, shared)."""
         data = bytes(data)
-        cached = index_cache.get(header.offset, data)
+        cached = _decoded_indices.get((header.offset, data))
         if cached is None:
             index = decode_index(data, header, self._name)
             self._set_index(index)
-            index_cache.put(header.offset, data, (index, self._positions))
+            _decoded_indices.put((header.offset, data), (index, self._positions))
         else:
             self._set_index(*cached)
 
@@ -223,7 +234,7 @@ class IndexedTarArchive:
     async def open_async(
         cls,
         itar_path: str | PurePath | UPath,
-        index_tail_read_size: int | None = _DEFAULT_TAIL_READ_SIZE,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         prefetch_keys: Iterable[str] = (),
     ) -> IndexedTarArchive:
@@ -381,7 +392,7 @@ class IndexedTarArchive:
     def _live_source(self) -> RecordSource:
         source = self._source
         if self._closed:
-            raise ArchiveClosedError(f"{self._name}: archive is closed")
+            raise ArchiveClosedError("archive is closed", archive=self._name)
         if source is None:  # unpickled: opened on first use
             with self._lock:
                 if self._source is None:
@@ -479,7 +490,7 @@ class IndexedTarArchive:
             return b""
         with self._lock:
             if self._closed:
-                raise ArchiveClosedError(f"{self._name}: archive is closed")
+                raise ArchiveClosedError("archive is closed", archive=self._name)
             assert self._writer is not None
             return self._writer.read_back(offset, size)
 
@@ -493,7 +504,7 @@ class IndexedTarArchive:
         reading, :class:`~ncore_like.InvalidKeyError` for keys that can't name a record.
         """
         if self._writer is None:
-            raise ReadOnlyError(f"{self._name}: archive is opened for reading, can't write {key!r}")
+            raise ReadOnlyError(f"archive is opened for reading, can't write {key!r}", archive=self._name)
         validate_key(key, self._name)
         try:
             view = memoryview(value)
@@ -514,7 +525,7 @@ class IndexedTarArchive:
 
     def _check_writable(self) -> None:
         if self._closed:
-            raise ArchiveClosedError(f"{self._name}: archive is closed, can't write")
+            raise ArchiveClosedError("archive is closed, can't write", archive=self._name)
         if self._pid != os.getpid():
             raise ValueError(
                 f"{self._name}: archive opened for writing in process {self._pid} is used in process "

@@ -77,18 +77,18 @@ def validate_key(key: object, archive: str) -> str:
     write outside the target folder, and tar cannot store NUL characters.
     """
     if not isinstance(key, str):
-        raise InvalidKeyError(f"{archive}: record keys are strings, got {type(key).__name__}")
+        raise InvalidKeyError(f"record keys are strings, got {type(key).__name__}", archive=archive)
     if not key:
-        raise InvalidKeyError(f"{archive}: record key is empty")
+        raise InvalidKeyError("record key is empty", archive=archive)
     if "\0" in key:
-        raise InvalidKeyError(f"{archive}: record key {key!r} contains a NUL character")
+        raise InvalidKeyError(f"record key {key!r} contains a NUL character", archive=archive)
     if key.startswith("/"):
-        raise InvalidKeyError(f"{archive}: record key {key!r} is absolute")
+        raise InvalidKeyError(f"record key {key!r} is absolute", archive=archive)
     parts = key.split("/")
     if ".." in parts:
-        raise InvalidKeyError(f"{archive}: record key {key!r} contains a '..' component")
+        raise InvalidKeyError(f"record key {key!r} contains a '..' component", archive=archive)
     if "" in parts or "." in parts:
-        raise InvalidKeyError(f"{archive}: record key {key!r} contains an empty or '.' component")
+        raise InvalidKeyError(f"record key {key!r} contains an empty or '.' component", archive=archive)
     return key
 
 
@@ -157,18 +157,21 @@ def unpack_index_header(block: bytes | memoryview, archive: str) -> IndexHeader:
     no index header of a known type."""
     if len(block) < BLOCK_SIZE:
         raise ArchiveFormatError(
-            f"{archive}: too short for an indexed tar archive ({len(block)} bytes, at least one "
-            f"{BLOCK_SIZE}-byte index header block needed)"
+            f"too short for an indexed tar archive ({len(block)} bytes, at least one "
+            f"{BLOCK_SIZE}-byte index header block needed)",
+            archive=archive,
         )
     magic, index_type, offset, size = struct.unpack_from(INDEX_HEADER_FORMAT, block, len(block) - BLOCK_SIZE)
     if magic != INDEX_MAGIC:
         raise ArchiveFormatError(
-            f"{archive}: not an indexed tar archive (its last block has magic {magic!r}, expected "
-            f"{INDEX_MAGIC!r}; truncated, or not closed when it was written?)"
+            f"not an indexed tar archive (its last block has magic {magic!r}, expected "
+            f"{INDEX_MAGIC!r}; truncated, or not closed when it was written?)",
+            archive=archive,
         )
     if index_type != INDEX_TYPE_CBOR_XZ:
         raise ArchiveFormatError(
-            f"{archive}: unknown index type {index_type} (this version reads type {INDEX_TYPE_CBOR_XZ})"
+            f"unknown index type {index_type} (this version reads type {INDEX_TYPE_CBOR_XZ})",
+            archive=archive,
         )
     return IndexHeader(index_type, offset, size)
 
@@ -202,16 +205,17 @@ def decode_index(data: bytes | memoryview, header: IndexHeader, archive: str) ->
             raise EOFError("xz stream ends before its end marker")
         table: Any = cbor2.loads(raw)
     except (lzma.LZMAError, EOFError, cbor2.CBORDecodeError, ValueError) as error:
-        raise ArchiveFormatError(f"{archive}: corrupt record index ({error})") from error
+        raise ArchiveFormatError(f"corrupt record index ({error})", archive=archive) from error
     try:
         keys, offsets, sizes = table["items"], table["offset_datas"], table["sizes"]
     except (TypeError, KeyError) as error:
-        raise ArchiveFormatError(f"{archive}: corrupt record index (no items/offset_datas/sizes)") from error
+        raise ArchiveFormatError("corrupt record index (no items/offset_datas/sizes)", archive=archive) from error
     if not (isinstance(keys, list) and isinstance(offsets, list) and isinstance(sizes, list)):
-        raise ArchiveFormatError(f"{archive}: corrupt record index (items/offset_datas/sizes not lists)")
+        raise ArchiveFormatError("corrupt record index (items/offset_datas/sizes not lists)", archive=archive)
     if not len(keys) == len(offsets) == len(sizes):
         raise ArchiveFormatError(
-            f"{archive}: corrupt record index ({len(keys)} keys, {len(offsets)} offsets, {len(sizes)} sizes)"
+            f"corrupt record index ({len(keys)} keys, {len(offsets)} offsets, {len(sizes)} sizes)",
+            archive=archive,
         )
     if keys:
         try:
@@ -229,7 +233,8 @@ def decode_index(data: bytes | memoryview, header: IndexHeader, archive: str) ->
             bad = True
         if bad:
             raise ArchiveFormatError(
-                f"{archive}: corrupt record index (keys, offsets or sizes of wrong type, or records "
-                f"extending past the index at offset {header.offset})"
+                "corrupt record index (keys, offsets or sizes of wrong type, or records "
+                f"extending past the index at offset {header.offset})",
+                archive=archive,
             )
     return Index(keys, offsets, sizes)

@@ -24,7 +24,7 @@ import fsspec.asyn
 import fsspec.spec
 from upath import UPath
 
-from .._concurrency import await_on_fsspec_loop, run_in_worker, run_on_fsspec_loop
+from .._concurrency import await_on_loop, fsspec_loop, run_in_worker, sync
 from ..errors import ArchiveFormatError
 from ._location import display_name, fresh_upath
 
@@ -83,7 +83,9 @@ class RecordSource(Protocol):
 
 
 def _truncated(name: str, offset: int, size: int, got: int) -> ArchiveFormatError:
-    return ArchiveFormatError(f"{name}: truncated archive, {size} bytes at offset {offset} requested but {got} read")
+    return ArchiveFormatError(
+        f"truncated archive, {size} bytes at offset {offset} requested but {got} read", archive=name
+    )
 
 
 class LocalSource:
@@ -206,7 +208,7 @@ class FsspecSource:
         if not self.is_remote:
             return await run_in_worker(self.read_tail, size)
         try:
-            data = bytes(await await_on_fsspec_loop(fs, fs._cat_file(self._path, start=-size)))
+            data = bytes(await await_on_loop(fs._cat_file(self._path, start=-size), fsspec_loop(fs)))
         except Exception as error:
             failure = await run_in_worker(self._not_a_file, error)
             if failure is error:
@@ -223,8 +225,9 @@ class FsspecSource:
         if len(data) != size:
             if len(data) > size:
                 raise ArchiveFormatError(
-                    f"{self._name}: {len(data)} bytes returned for a range of {size} bytes at offset "
-                    f"{offset} (does the server honour Range requests?)"
+                    f"{len(data)} bytes returned for a range of {size} bytes at offset "
+                    f"{offset} (does the server honour Range requests?)",
+                    archive=self._name,
                 )
             raise _truncated(self._name, offset, size, len(data))
         return data
@@ -250,7 +253,7 @@ class FsspecSource:
         fs = self._filesystem()
         if self._range_reads:
             if self.is_remote:
-                data = run_on_fsspec_loop(fs, fs._cat_file(self._path, start=offset, end=offset + size))
+                data = sync(fs._cat_file(self._path, start=offset, end=offset + size), fsspec_loop(fs))
             else:
                 data = fs.cat_file(self._path, start=offset, end=offset + size)
             return self._checked(bytes(data), offset, size)
@@ -265,7 +268,7 @@ class FsspecSource:
         fs = self._filesystem()
         if not self.is_remote:
             return await run_in_worker(self.read, offset, size)
-        data = await await_on_fsspec_loop(fs, fs._cat_file(self._path, start=offset, end=offset + size))
+        data = await await_on_loop(fs._cat_file(self._path, start=offset, end=offset + size), fsspec_loop(fs))
         return self._checked(bytes(data), offset, size)
 
     def read_into(self, offset: int, buffer: memoryview) -> None:

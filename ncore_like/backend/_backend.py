@@ -22,20 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from .._concurrency import run_in_worker, run_on_io_loop, worker_pool
-from ..store._zarr_compat import ZarrArray, read_selection, selection_kind, selection_shape
+from .._compat import ZarrArray, read_selection, selection_kind, selection_shape
+from .._concurrency import io_loop, run_in_worker, sync, worker_pool
+from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from ._decode import decode_into, scratch_buffer
-from ._plan import ChunkLayout, ChunkTask, ReadPlan, chunk_layout, plan_read
+from ._plan import ChunkLayout, ChunkTask, ReadPlan, chunk_layout, is_bytes_like, plan_read
 
-__all__ = ["Backend", "default_backend"]
+__all__ = ["Backend"]
 
 NDArray = np.ndarray[Any, Any]
-#: Reads storing fewer bytes than this decode on the calling thread: handing chunks to the
-#: worker pool costs ~150 us, which a 2-core machine wins back from ~2 MB of Blosc records
-#: on (1.3x slower at 0.8 MB, 1.2x faster at 3 MB; scripts/bench_inline_threshold.py).
-INLINE_BYTES = 1536 * 1024
-#: Bytes of remote records fetched but not yet decoded, per read.
-MAX_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 
 
 class _ByteBudget:
@@ -68,7 +63,9 @@ class Backend:
         max_bytes_in_flight: Bytes of remote records fetched but not yet decoded, per read.
 
     :attr:`stats` counts the reads by path taken (``"fast"``, ``"view"`` and
-    ``"fallback: <reason>"``).
+    ``"fallback: <reason>"``). Every root group has its own backend unless given one (see
+    :meth:`Store.open_root_group`), shared by all its groups and arrays, so the statistics
+    are those of one hierarchy.
     """
 
     def __init__(self, *, inline_bytes: int = INLINE_BYTES, max_bytes_in_flight: int = MAX_BYTES_IN_FLIGHT) -> None:
@@ -80,10 +77,8 @@ class Backend:
         self._stats_lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Arrays pickle with their backend (e.g. into DataLoader workers): the shared default
-        # stays shared, others are rebuilt from their settings (statistics start afresh).
-        if self is _DEFAULT:
-            return (default_backend, ())
+        # Arrays pickle with their backend (e.g. into DataLoader workers): rebuilt from its
+        # settings, statistics start afresh.
         return (_rebuild_backend, (self.inline_bytes, self.max_bytes_in_flight))
 
     def _count(self, path: str) -> None:
@@ -259,7 +254,7 @@ class Backend:
             out = np.empty(plan.shape, dtype=np.dtype(array.dtype))
         self._count("fast")
         if layout.archive.is_remote:
-            run_on_io_loop(self._run_async(layout, plan, out))
+            sync(self._run_async(layout, plan, out), io_loop())
         else:
             self._run_local(layout, plan, out)
         return out
@@ -294,8 +289,8 @@ class Backend:
 
     @staticmethod
     def _check_blob(array: ZarrArray) -> None:
-        dtype = np.dtype(array.dtype)
-        if not ((array.ndim == 0 and dtype.kind == "S") or (array.ndim == 1 and dtype == np.uint8)):
+        if not is_bytes_like(array):
+            dtype = np.dtype(array.dtype)
             raise TypeError(f"array {array.path!r} of dtype {dtype} and shape {array.shape} is no binary blob")
 
     def _blob_task(self, array: ZarrArray, memo: dict[str, Any] | None) -> tuple[ChunkLayout, ChunkTask] | None:
@@ -324,11 +319,3 @@ class Backend:
 
 def _rebuild_backend(inline_bytes: int, max_bytes_in_flight: int) -> Backend:
     return Backend(inline_bytes=inline_bytes, max_bytes_in_flight=max_bytes_in_flight)
-
-
-_DEFAULT = Backend()
-
-
-def default_backend() -> Backend:
-    """The backend arrays use unless given another."""
-    return _DEFAULT

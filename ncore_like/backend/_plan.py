@@ -14,17 +14,49 @@ from typing import Any
 
 import numpy as np
 
-from ..archive import IndexedTarArchive
-from ..store._zarr_compat import (
+from .._compat import (
     ZarrArray,
-    blosc_config,
+    array_zarr_format,
+    blosc_compressor,
     chunk_key,
     chunk_projections,
     raw_chunk_layout,
     selection_kind,
 )
+from ..archive import IndexedTarArchive
+from ..store import ItarZarrStore
 
-__all__ = ["ChunkLayout", "ChunkTask", "ReadPlan", "chunk_layout", "plan_read"]
+__all__ = [
+    "ChunkLayout",
+    "ChunkTask",
+    "ReadPlan",
+    "chunk_layout",
+    "is_blob",
+    "is_bytes_like",
+    "plan_read",
+]
+
+
+def is_bytes_like(array: ZarrArray) -> bool:
+    """True for arrays whose values are a byte string: 0-dimensional fixed-length bytes, or
+    one-dimensional ``uint8`` (what :meth:`~ncore_like.Array.read_bytes` reads)."""
+    dtype = np.dtype(array.dtype)
+    return (array.ndim == 0 and dtype.kind == "S") or (array.ndim == 1 and dtype == np.uint8)
+
+
+def is_blob(array: ZarrArray) -> bool:
+    """True for binary blobs as :meth:`~ncore_like.Group.create_bytes_array` stores them: in
+    zarr format 2 a 0-dimensional fixed-length bytes array, in format 3 (which has no
+    fixed-length bytes) a one-dimensional ``uint8`` array stored as one uncompressed chunk.
+    Their one record is the blob itself. (A 1-d ``uint8`` array of format 2 holds numbers;
+    it is bytes-like, see :func:`is_bytes_like`, but no blob.)"""
+    if not is_bytes_like(array):
+        return False
+    if array.ndim == 0:
+        return True
+    if array_zarr_format(array) != 3 or array.chunks[0] < array.shape[0]:
+        return False
+    return blosc_compressor(array) is None
 
 
 @dataclass(frozen=True)
@@ -73,16 +105,17 @@ class ReadPlan:
 
 def chunk_layout(array: ZarrArray) -> ChunkLayout | str:
     """The layout of an array's chunks, or why the fast path can't read them."""
-    archive = getattr(array.store, "archive", None)
-    if not isinstance(archive, IndexedTarArchive):
+    store = array.store
+    if not isinstance(store, ItarZarrStore):
         return "store is not an indexed tar archive"
+    archive = store.archive
     if archive.mode != "r":
         return "archive is opened for writing"
     layout = raw_chunk_layout(array)
     if isinstance(layout, str):
         return layout
     stored_dtype, chunk_shape = layout
-    compression = blosc_config(array)
+    compression = blosc_compressor(array)
     if compression == "other":
         return "codecs other than one Blosc compressor"
     if stored_dtype.hasobject or stored_dtype.kind in "OUTV" or stored_dtype.itemsize == 0:

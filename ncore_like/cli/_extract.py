@@ -9,11 +9,11 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from .._concurrency import ordered_map
 from ..archive import IndexedTarArchive
 from ..archive._format import validate_key
 from ..errors import InvalidKeyError
 from ._common import CommandError, Location, add_quiet_option, progress, reporting
-from ._parallel import ordered_map
 
 __all__ = ["register", "run", "targets"]
 

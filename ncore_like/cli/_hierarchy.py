@@ -7,12 +7,10 @@ import json
 from collections.abc import Iterator
 from typing import Literal
 
-import numpy as np
-
 from ..archive import IndexedTarArchive
+from ..backend import is_blob as _is_blob
 from ..nodes import Array, Group
 from ..store import Store
-from ..store._zarr_compat import array_zarr_format
 from ._common import CommandError
 
 __all__ = [
@@ -92,21 +90,9 @@ def walk(group: Group) -> Iterator[Group | Array]:
 
 
 def is_blob(array: Array) -> bool:
-    """True for binary blobs as :meth:`Group.create_bytes_array` stores them: 0-dimensional
-    fixed-length bytes, and in zarr format 3 one-dimensional ``uint8`` arrays stored as one
-    uncompressed chunk. (A 1-d ``uint8`` array of format 2 is numbers, not a blob: that
-    format stores blobs as bytes.)"""
-    dtype = array.dtype
-    if array.zarr.ndim == 0:
-        return dtype.kind == "S"
-    if array.zarr.ndim != 1 or dtype != np.uint8 or array_zarr_format(array.zarr) != 3:
-        return False
-    if array.chunks[0] < array.shape[0]:
-        return False
-    try:
-        return array.compression is None
-    except ValueError:  # other codecs: not what create_bytes_array writes
-        return False
+    """True for binary blobs as :meth:`Group.create_bytes_array` stores them (see
+    :func:`ncore_like.backend.is_blob`)."""
+    return _is_blob(array.zarr)
 
 
 def blob_size(array: Array) -> int:

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import zarr
-
+from .._compat import fsspec_store, local_store
+from .._concurrency import default_workers, ordered_map
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._common import CommandError, Location, add_quiet_option, format_bytes, open_store, progress, reporting
 from ._hierarchy import has_hierarchy, is_blob, open_root, root_zarr_format, walk
-from ._parallel import default_workers, ordered_map
 
 __all__ = ["register", "run"]
 
@@ -91,10 +90,8 @@ def _source_store(source: Location, kind: SourceKind) -> Store:
         return open_store(source, range_reads=True)
     if kind == "directory":
         assert source.local is not None
-        return ZarrStoreAdapter(zarr.storage.LocalStore(source.local, read_only=True))
-    options: dict[str, Any] = dict(source.upath.storage_options)
-    store = zarr.storage.FsspecStore.from_url(str(source.upath), storage_options=options, read_only=True)
-    return ZarrStoreAdapter(store)
+        return ZarrStoreAdapter(local_store(source.local, read_only=True))
+    return ZarrStoreAdapter(fsspec_store(str(source.upath), source.upath.storage_options, read_only=True))
 
 
 def _remove(location: Location) -> None:

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._compat import chunk_key, run_zarr
 from ..nodes import Array, Group
 from ..store import IndexedTarZarrStore
-from ..store._zarr_compat import chunk_key, run_zarr
 from ._common import (
     Location,
     add_json_option,

@@ -12,12 +12,13 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .._compat import chunk_key
+from .._concurrency import default_workers, ordered_map
 from ..archive import IndexedTarArchive, Record
 from ..archive._format import BLOCK_SIZE
 from ..nodes import Array
 from ..nodes._encoding import chunk_regions
 from ..store import IndexedTarZarrStore
-from ..store._zarr_compat import chunk_key
 from ._common import (
     EXPECTED_ERRORS,
     CommandError,
@@ -32,7 +33,6 @@ from ._common import (
     reporting,
 )
 from ._hierarchy import has_hierarchy, walk
-from ._parallel import default_workers, ordered_map
 
 __all__ = ["Problem", "Report", "check_arrays", "check_records", "check_tar_members", "register", "run"]
 

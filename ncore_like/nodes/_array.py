@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backend import Backend, default_backend
+from .._compat import ZarrArray, blosc_compressor, record_exists, touched_chunk_keys, write_basic_selection
+from ..backend import Backend
 from ..errors import ReadOnlyError, RecordExistsError
-from ..store._zarr_compat import ZarrArray, blosc_config, record_exists, touched_chunk_keys, write_basic_selection
 from ._compression import BloscCompression
 from ._node import Node
 
@@ -57,8 +57,13 @@ class Array(Node[ZarrArray]):
 
     def __init__(self, array: ZarrArray, backend: Backend | None = None) -> None:
         super().__init__(array)
-        self._backend = backend or default_backend()
+        self._backend = backend if backend is not None else Backend()
         self._memo: dict[str, Any] = {}  # what the backend learnt about this array
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the array reads through (with its :attr:`Backend.stats`)."""
+        return self._backend
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -80,17 +85,12 @@ class Array(Node[ZarrArray]):
     def compression(self) -> BloscCompression | None:
         """The Blosc compression of the chunks (None if uncompressed; ValueError for other
         compressors or filters)."""
-        config = blosc_config(self._node)
-        if config == "other":
+        compressor = blosc_compressor(self._node)
+        if compressor == "other":
             raise ValueError(f"array {self.path!r} uses codecs other than one Blosc compressor")
-        if config is None:
+        if compressor is None:
             return None
-        return BloscCompression(
-            config["cname"],
-            config["clevel"],
-            ("noshuffle", "shuffle", "bitshuffle")[config["shuffle"]],
-            config["blocksize"],
-        )
+        return BloscCompression.from_numcodecs(compressor)
 
     # -- reading -------------------------------------------------------------------------
 

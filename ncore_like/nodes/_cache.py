@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+
+from .._defaults import NODE_CACHE_SIZE
+from .._lru import LRUCache
 
 __all__ = ["NodeCache"]
 
@@ -23,18 +25,17 @@ class NodeCache:
         max_size: Nodes kept; the least recently used one is dropped beyond.
     """
 
-    def __init__(self, max_size: int = 4096) -> None:
+    def __init__(self, max_size: int = NODE_CACHE_SIZE) -> None:
         if max_size < 1:
             raise ValueError(f"NodeCache max_size must be positive, got {max_size}")
-        self._max_size = max_size
-        self._nodes: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()
+        self._nodes: LRUCache[str, Any] = LRUCache(max_size)
         self._owner: object | None = None
+        self._owner_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         # A pickled cache (e.g. of a group sent to a worker process) arrives empty: its nodes
         # belong to the sender's store objects.
-        return {"max_size": self._max_size}
+        return {"max_size": self.max_size}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["max_size"])  # type: ignore[misc]
@@ -42,19 +43,18 @@ class NodeCache:
     @property
     def max_size(self) -> int:
         """Nodes kept at most."""
-        return self._max_size
+        return self._nodes.max_weight
 
     def __len__(self) -> int:
         return len(self._nodes)
 
     def clear(self) -> None:
         """Drops all nodes."""
-        with self._lock:
-            self._nodes.clear()
+        self._nodes.clear()
 
     def bind(self, owner: object) -> None:
         """Ties the cache to one hierarchy (its zarr store), raising ValueError for another."""
-        with self._lock:
+        with self._owner_lock:
             if self._owner is None:
                 self._owner = owner
             elif self._owner != owner:
@@ -62,18 +62,4 @@ class NodeCache:
 
     def get(self, path: str, open_node: Callable[[], Any]) -> Any:
         """The node at ``path``, opened with ``open_node`` on a miss (None is not cached)."""
-        with self._lock:
-            node = self._nodes.get(path)
-            if node is not None:
-                self._nodes.move_to_end(path)
-                return node
-        # Opened outside the lock: opening may do I/O, and two threads opening the same node
-        # at once only do redundant work.
-        node = open_node()
-        if node is not None:
-            with self._lock:
-                self._nodes[path] = node
-                self._nodes.move_to_end(path)
-                while len(self._nodes) > self._max_size:
-                    self._nodes.popitem(last=False)
-        return node
+        return self._nodes.get_or_put(path, open_node)

@@ -3,7 +3,7 @@
 A chunk record is the chunk's elements in C order (zarr format 3: little-endian), padded
 to the full chunk shape with the fill value at the array's edges, then Blosc-compressed
 when a compression is set. That is what zarr-python stores for the node metadata that
-:func:`~ncore_like.store._zarr_compat.create_array_node` writes, so arrays encoded here on
+:func:`~ncore_like._compat.create_array_node` writes, so arrays encoded here on
 worker threads and arrays written through zarr-python are byte-identical.
 """
 
@@ -19,7 +19,7 @@ import numcodecs.blosc
 import numpy as np
 import numpy.typing as npt
 
-from ..store._zarr_compat import guess_chunks
+from .._compat import guess_chunks
 from ._compression import BloscCompression
 
 __all__ = [
@@ -37,9 +37,6 @@ __all__ = [
 ZarrFormat = Literal[2, 3]
 ChunksLike = tuple[int, ...] | Literal["single", "auto"]
 DEFAULT_COMPRESSION = BloscCompression()
-# Blosc must not use its global context: with it, compressions of many threads serialise
-# on one lock. (zarr-python sets this too; it is set here so encoding never depends on it.)
-numcodecs.blosc.use_threads = False
 
 
 def check_zarr_format(zarr_format: object) -> ZarrFormat:

@@ -8,10 +8,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import zarr
 
+from .._compat import (
+    ZarrGroup,
+    ZarrNode,
+    chunk_key,
+    create_array_node,
+    is_group,
+    open_member,
+    record_exists,
+    write_record,
+)
+from ..backend import Backend
 from ..errors import ReadOnlyError, RecordExistsError
-from ..store._zarr_compat import ZarrArray, chunk_key, create_array_node, open_member, record_exists, write_record
 from ._array import Array
 from ._cache import NodeCache
 from ._compression import BloscCompression
@@ -30,38 +39,38 @@ if TYPE_CHECKING:
 
 __all__ = ["Group"]
 
-Member = "Group | Array"
 
-
-def _blosc(compression: BloscCompression | None) -> dict[str, Any] | None:
-    if compression is None:
-        return None
-    return {
-        "cname": compression.cname,
-        "clevel": compression.clevel,
-        "shuffle": compression.shuffle_id,
-        "blocksize": compression.blocksize,
-    }
-
-
-class Group(Node[zarr.Group]):
+class Group(Node[ZarrGroup]):
     """A group of a zarr hierarchy.
 
     Members are opened through the group's :class:`NodeCache` if it has one (see
-    :meth:`with_cache`); member groups share the cache.
+    :meth:`with_cache`); member groups share the cache. Arrays read through the group's
+    :attr:`backend`, which member groups share too.
     """
 
-    def __init__(self, group: zarr.Group, cache: NodeCache | None = None, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        group: ZarrGroup,
+        cache: NodeCache | None = None,
+        store: Store | None = None,
+        backend: Backend | None = None,
+    ) -> None:
         super().__init__(group)
         if cache is not None:
             cache.bind(group.store)
         self._cache = cache
         self._store = store
+        self._backend = backend if backend is not None else Backend()
 
     @property
     def store(self) -> Store | None:
         """The store of the group (None for groups not opened or created through a Store)."""
         return self._store
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the group's arrays read through (with its :attr:`Backend.stats`)."""
+        return self._backend
 
     @property
     def cache(self) -> NodeCache | None:
@@ -75,14 +84,14 @@ class Group(Node[zarr.Group]):
 
     def with_cache(self, cache: NodeCache | None) -> Group:
         """The group, opening its members through ``cache``."""
-        return Group(self._node, cache, self._store)
+        return Group(self._node, cache, self._store, self._backend)
 
     # -- opening members -----------------------------------------------------------------
 
-    def _wrap(self, node: zarr.Group | ZarrArray) -> Group | Array:
-        if isinstance(node, zarr.Group):
-            return Group(node, self._cache, self._store)
-        return Array(node)
+    def _wrap(self, node: ZarrNode) -> Group | Array:
+        if is_group(node):
+            return Group(node, self._cache, self._store, self._backend)  # type: ignore[arg-type]
+        return Array(node, self._backend)  # type: ignore[arg-type]
 
     def _open(self, path: str) -> Group | Array | None:
         node = open_member(self._node, path)
@@ -157,12 +166,14 @@ class Group(Node[zarr.Group]):
     def _check_writable(self) -> None:
         if self.read_only:
             where = self._store.name if self._store is not None else repr(self._node.store)
-            raise ReadOnlyError(f"{where}: store is opened for reading, can't create members")
+            raise ReadOnlyError("store is opened for reading, can't create members", archive=where)
 
     def create_group(self, name: str, *, attributes: Attributes | None = None) -> Group:
         """Creates a member group (an error if a member of that name exists)."""
         self._check_writable()
-        return Group(self._node.create_group(name, attributes=dict(attributes or {})), self._cache, self._store)
+        return Group(
+            self._node.create_group(name, attributes=dict(attributes or {})), self._cache, self._store, self._backend
+        )
 
     def require_group(self, name: str) -> Group:
         """The member group ``name``, created if it doesn't exist yet."""
@@ -218,7 +229,7 @@ class Group(Node[zarr.Group]):
             shape=encoded.shape,
             dtype=encoded.dtype,
             chunks=encoded.chunks,
-            blosc=_blosc(encoded.compression),
+            blosc=encoded.compression.to_numcodecs() if encoded.compression is not None else None,
             fill_value=encoded.fill_value,
             attributes=dict(attributes) if attributes else None,
         )
@@ -229,7 +240,7 @@ class Group(Node[zarr.Group]):
                 raise RecordExistsError(key, f"{where}: chunk record {key!r} exists already")
         for coords, key in keys.items():
             write_record(store, key, encoded.chunk_records[coords])
-        return Array(array)
+        return Array(array, self._backend)
 
     def create_bytes_array(self, name: str, data: bytes, *, attributes: Attributes | None = None) -> Array:
         """Stores a binary blob (e.g. an encoded image) as an uncompressed array: zarr format 2,
@@ -277,8 +288,8 @@ class Group(Node[zarr.Group]):
             shape=shape,
             dtype=stored,
             chunks=resolved,
-            blosc=_blosc(compression),
+            blosc=compression.to_numcodecs() if compression is not None else None,
             fill_value=fill,
             attributes=dict(attributes) if attributes else None,
         )
-        return Array(array)
+        return Array(array, self._backend)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-import zarr
+from .._compat import ZarrArray, ZarrGroup
 
 __all__ = ["Attributes", "Node"]
 
 Attributes = dict[str, Any]
-ZarrNode = TypeVar("ZarrNode", zarr.Group, "zarr.Array[Any]")
+ZarrNode = TypeVar("ZarrNode", ZarrGroup, ZarrArray)
 
 
 class Node(Generic[ZarrNode]):

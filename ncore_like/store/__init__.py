@@ -2,15 +2,11 @@
 an archive), ``ZarrStoreAdapter`` (any other zarr-python store) and the compressed
 consolidated metadata records."""
 
+from ..errors import ConsolidatedMetadataError
 from ._adapter import ZarrStoreAdapter
 from ._base import Store
-from ._consolidated import (
-    CONSOLIDATED_KEY_V2,
-    CONSOLIDATED_KEY_V3,
-    ConsolidatedMetadataError,
-    is_consolidated_metadata_key,
-)
-from ._itar_store import IndexedTarZarrStore, clear_caches
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
+from ._itar_store import IndexedTarZarrStore
 from ._zarr_store import ItarZarrStore
 
 __all__ = [
@@ -21,6 +17,5 @@ __all__ = [
     "ItarZarrStore",
     "Store",
     "ZarrStoreAdapter",
-    "clear_caches",
     "is_consolidated_metadata_key",
 ]

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from upath import UPath
-from zarr.storage import LocalStore
 
+from .._compat import ZarrStore, local_store
 from ..archive._location import local_path, to_upath
 from ._base import Store
-from ._zarr_compat import ZarrStore
 
 __all__ = ["ZarrStoreAdapter"]
 
@@ -29,7 +28,7 @@ class ZarrStoreAdapter(Store):
         location = local_path(to_upath(path))
         if location is None:
             raise ValueError(f"{path}: not a local directory")
-        return cls(LocalStore(location, read_only=False))
+        return cls(local_store(location, read_only=False))
 
     @property
     def name(self) -> str:

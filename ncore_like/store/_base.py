@@ -1,11 +1,26 @@
 """``Store``: the abstract store of a zarr hierarchy, and the root-group operations all
-stores share (create, open from node metadata or from one consolidated record, consolidate)."""
+stores share (create, open from node metadata or from one consolidated record, consolidate).
+
+The store layer builds zarr-python root groups; the typed :class:`~ncore_like.Group` that
+:meth:`Store.open_root_group` and :meth:`Store.create_root_group` return belongs to the
+layer above, which installs itself here (:func:`install_typed_layer`) when it is imported:
+this layer never imports it (names of higher layers appear in annotations only).
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .._compat import (
+    ZarrGroup,
+    ZarrStore,
+    create_group,
+    default_buffer_prototype,
+    group_from_node_metadata,
+    open_group,
+    run_zarr,
+)
 from ..errors import ReadOnlyError
 from ._consolidated import (
     CONSOLIDATED_KEY_V2,
@@ -16,24 +31,41 @@ from ._consolidated import (
     zarr_nodes,
 )
 from ._consolidated import is_consolidated_metadata_key as _is_consolidated_metadata_key
-from ._zarr_compat import (
-    ZarrStore,
-    create_group,
-    default_buffer_prototype,
-    group_from_node_metadata,
-    open_group,
-    run_zarr,
-)
 
 if TYPE_CHECKING:
-    from zarr import Group as ZarrGroup
-
+    from ..backend import Backend
     from ..nodes import Group
 
-__all__ = ["Store"]
+__all__ = ["Consolidated", "Store", "TypedLayer", "install_typed_layer"]
 
 ZarrFormat = Literal[2, 3]
 Attributes = dict[str, Any]
+Consolidated = bool | Literal["auto"]
+
+
+class TypedLayer(Protocol):
+    """How the typed layer (:mod:`ncore_like.nodes`) wraps the root groups of a store."""
+
+    def open_root_group(self, store: Store, consolidated: Consolidated, backend: Backend | None) -> Group: ...
+
+    def create_root_group(
+        self, store: Store, attributes: Attributes, zarr_format: ZarrFormat, backend: Backend | None
+    ) -> Group: ...
+
+
+_typed_layer: TypedLayer | None = None
+
+
+def install_typed_layer(layer: TypedLayer) -> None:
+    """Called once by :mod:`ncore_like.nodes` on import: the typed layer that wraps root groups."""
+    global _typed_layer
+    _typed_layer = layer
+
+
+def _typed() -> TypedLayer:
+    if _typed_layer is None:  # only if ncore_like's package __init__ was bypassed
+        raise RuntimeError("the typed layer is not installed: import ncore_like (or ncore_like.nodes) first")
+    return _typed_layer
 
 
 class Store(ABC):
@@ -93,19 +125,25 @@ class Store(ABC):
 
     def _check_writable(self) -> None:
         if self._zarr_store.read_only:
-            raise ReadOnlyError(f"{self.name}: store is opened for reading, can't write")
+            raise ReadOnlyError("store is opened for reading, can't write", archive=self.name)
 
     # -- hierarchy -----------------------------------------------------------------------
 
-    def create_root_group(self, attributes: Attributes | None = None, *, zarr_format: ZarrFormat = 2) -> Group:
+    def create_root_group(
+        self, attributes: Attributes | None = None, *, zarr_format: ZarrFormat = 2, backend: Backend | None = None
+    ) -> Group:
         """Creates the root group of the hierarchy in zarr format 2 (default, readable by all
-        zarr-python versions) or 3."""
-        from ..nodes import Group  # the public API returns typed nodes (layer 3)
-
+        zarr-python versions) or 3. Its arrays read through ``backend`` (default: a new
+        :class:`~ncore_like.backend.Backend` with the default settings)."""
         self._check_writable()
         if zarr_format not in (2, 3):
             raise ValueError(f"{self.name}: unsupported zarr format {zarr_format!r} (expected 2 or 3)")
-        return Group(create_group(self._zarr_store, dict(attributes or {}), zarr_format), store=self)
+        return _typed().create_root_group(self, dict(attributes or {}), zarr_format, backend)
+
+    def create_zarr_root_group(self, attributes: Attributes, zarr_format: ZarrFormat) -> ZarrGroup:
+        """Creates the root group as zarr-python's group (the typed layer wraps it)."""
+        self._check_writable()
+        return create_group(self._zarr_store, attributes, zarr_format)
 
     def _consolidated_record(self) -> tuple[ZarrFormat, bytes] | None:
         for zarr_format, key in ((2, CONSOLIDATED_KEY_V2), (3, CONSOLIDATED_KEY_V3)):
@@ -123,15 +161,18 @@ class Store(ABC):
         except NotImplementedError:
             return store
 
-    def open_root_group(self, consolidated: bool | Literal["auto"] = True) -> Group:
+    def open_root_group(self, consolidated: Consolidated = True, *, backend: Backend | None = None) -> Group:
         """Opens the root group of the hierarchy for reading.
 
         ``True``: from the consolidated metadata record alone (``KeyError`` if there is none,
         see :meth:`consolidate`); ``False``: from the node metadata records; ``"auto"``: from
-        the consolidated record if there is one.
+        the consolidated record if there is one. Its arrays read through ``backend``
+        (default: a new :class:`~ncore_like.backend.Backend` with the default settings).
         """
-        from ..nodes import Group  # the public API returns typed nodes (layer 3)
+        return _typed().open_root_group(self, consolidated, backend)
 
+    def open_zarr_root_group(self, consolidated: Consolidated = True) -> ZarrGroup:
+        """Opens the root group for reading as zarr-python's group (see :meth:`open_root_group`)."""
         if consolidated not in (True, False, "auto"):
             raise ValueError(f"{self.name}: consolidated must be True, False or 'auto', got {consolidated!r}")
         record = self._consolidated_record() if consolidated else None
@@ -145,7 +186,7 @@ class Store(ABC):
         else:
             zarr_format, data = record
             group = self._open_consolidated(data, zarr_format)
-        return Group(group, store=self)
+        return group
 
     def _open_consolidated(self, record: bytes, zarr_format: ZarrFormat) -> ZarrGroup:
         """The root group built from a consolidated metadata record, without store I/O."""

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 import cbor2
 
+from ..errors import ConsolidatedMetadataError
+
 __all__ = [
     "CONSOLIDATED_KEY_V2",
     "CONSOLIDATED_KEY_V3",
@@ -35,10 +37,6 @@ CONSOLIDATED_KEY_V2 = ".zmetadata.cbor.xz"
 CONSOLIDATED_KEY_V3 = "zarr.json.cbor.zlib"
 _ZARR_PYTHON_2_CONSOLIDATED_KEY = ".zmetadata"
 _V2_NAMES = frozenset({".zgroup", ".zarray", ".zattrs"})
-
-
-class ConsolidatedMetadataError(ValueError):
-    """A consolidated metadata record can't be decoded."""
 
 
 def is_consolidated_metadata_key(key: str) -> bool:
@@ -72,14 +70,17 @@ def decode_consolidated(data: bytes, zarr_format: Literal[2, 3], where: str) -> 
         raw = lzma.decompress(data) if zarr_format == 2 else zlib.decompress(data)
         table = cbor2.loads(raw)
     except (lzma.LZMAError, zlib.error, cbor2.CBORDecodeError, ValueError, EOFError) as error:
-        raise ConsolidatedMetadataError(f"{where}: corrupt consolidated metadata record {key} ({error})") from error
+        raise ConsolidatedMetadataError(
+            f"corrupt consolidated metadata record {key} ({error})", archive=where
+        ) from error
     if not isinstance(table, dict) or table.get("zarr_consolidated_format") != 1:
         raise ConsolidatedMetadataError(
-            f"{where}: consolidated metadata record {key} is not of zarr_consolidated_format 1"
+            f"consolidated metadata record {key} is not of zarr_consolidated_format 1",
+            archive=where,
         )
     metadata = table.get("metadata")
     if not isinstance(metadata, dict) or not all(isinstance(value, dict) for value in metadata.values()):
-        raise ConsolidatedMetadataError(f"{where}: consolidated metadata record {key} has no metadata map")
+        raise ConsolidatedMetadataError(f"consolidated metadata record {key} has no metadata map", archive=where)
     return metadata
 
 
@@ -92,11 +93,11 @@ def zarr_nodes(
     if zarr_format == 3:
         root = metadata.get("zarr.json")
         if root is None or root.get("node_type") != "group":
-            raise ConsolidatedMetadataError(f"{where}: consolidated metadata has no zarr format 3 root group")
+            raise ConsolidatedMetadataError("consolidated metadata has no zarr format 3 root group", archive=where)
         members = {key[: -len("/zarr.json")]: value for key, value in metadata.items() if key != "zarr.json"}
         return dict(root), members
     if ".zgroup" not in metadata:
-        raise ConsolidatedMetadataError(f"{where}: consolidated metadata has no zarr format 2 root group")
+        raise ConsolidatedMetadataError("consolidated metadata has no zarr format 2 root group", archive=where)
     nodes: dict[str, dict[str, Any]] = {}
     for key, value in metadata.items():
         path, _, name = key.rpartition("/")
@@ -106,11 +107,13 @@ def zarr_nodes(
         elif name in (".zarray", ".zgroup"):
             node.update(value)
         else:
-            raise ConsolidatedMetadataError(f"{where}: unexpected key {key!r} in consolidated metadata")
+            raise ConsolidatedMetadataError(f"unexpected key {key!r} in consolidated metadata", archive=where)
     root = nodes.pop("")
     root.setdefault("attributes", {})
     for path, node in nodes.items():
         if "zarr_format" not in node:
-            raise ConsolidatedMetadataError(f"{where}: consolidated metadata has attributes but no node at {path!r}")
+            raise ConsolidatedMetadataError(
+                f"consolidated metadata has attributes but no node at {path!r}", archive=where
+            )
         node.setdefault("attributes", {})
     return root, nodes

@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from pathlib import PurePath
 from typing import Any, Literal
 
 from upath import UPath
-from zarr import Group as ZarrGroup
 
+from .._compat import ZarrGroup, open_group
+from .._defaults import DECODED_CONSOLIDATED_RECORDS, TAIL_READ_SIZE
+from .._lru import LRUCache, process_cache
 from ..archive import IndexedTarArchive, IndexTailRetention
-from ..archive._index_cache import index_cache
 from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, decode_consolidated, zarr_nodes
-from ._zarr_compat import open_group
 from ._zarr_store import ItarZarrStore
 
-__all__ = ["IndexedTarZarrStore", "clear_caches"]
+__all__ = ["IndexedTarZarrStore"]
 
 # Decoded consolidated records of recently opened hierarchies, by record: reopening an
 # archive (its index comes from the archive layer's cache) then decodes nothing at all.
-_DECODED_RECORDS = 64
-_decoded: OrderedDict[tuple[int, bytes], dict[str, Any]] = OrderedDict()
-_decoded_lock = threading.Lock()
-
-
-def clear_caches() -> None:
-    """Forgets the decoded indices and consolidated metadata this process keeps (e.g. to
-    measure first opens; the caches never serve stale entries, so correctness never needs it)."""
-    index_cache.clear()
-    with _decoded_lock:
-        _decoded.clear()
+_decoded: LRUCache[tuple[int, bytes], dict[str, Any]] = process_cache(DECODED_CONSOLIDATED_RECORDS)
 
 
 class IndexedTarZarrStore(Store):
@@ -52,7 +40,7 @@ class IndexedTarZarrStore(Store):
         self,
         itar_path: str | PurePath | UPath,
         mode: Literal["r", "w"] = "r",
-        index_tail_read_size: int | None = 1 << 20,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
     ) -> None:
         self._archive = IndexedTarArchive(itar_path, mode, index_tail_read_size, remote_range_reads)
@@ -69,7 +57,7 @@ class IndexedTarZarrStore(Store):
     async def open_async(
         cls,
         itar_path: str | PurePath | UPath,
-        index_tail_read_size: int | None = 1 << 20,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
     ) -> IndexedTarZarrStore:
         """Opens a store for reading without blocking the running loop; the consolidated
@@ -110,17 +98,11 @@ class IndexedTarZarrStore(Store):
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
         key = (zarr_format, record)
-        with _decoded_lock:
-            metadata = _decoded.get(key)
-            if metadata is not None:
-                _decoded.move_to_end(key)
+        metadata = _decoded.get(key)
         if metadata is None:
             metadata = decode_consolidated(record, zarr_format, self.name)
             zarr_nodes(metadata, zarr_format, self.name)  # the same checks as the generic path
-            with _decoded_lock:  # only read from here on (served as JSON), so it can be shared
-                _decoded[key] = metadata
-                while len(_decoded) > _DECODED_RECORDS:
-                    _decoded.popitem(last=False)
+            _decoded.put(key, metadata)  # only read from here on (served as JSON), so it can be shared
         return open_group(ItarZarrStore(self._archive, read_only=True, node_metadata=metadata))
 
     # Records are read straight from the archive: no hop through zarr's event loop.

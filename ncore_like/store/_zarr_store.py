@@ -16,23 +16,25 @@ from typing import Any
 
 from upath import UPath
 
-from .._concurrency import run_in_worker
-from ..archive import IndexedTarArchive
-from ..archive._format import is_node_metadata_key
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
-from ._zarr_compat import (
+from .._compat import (
     Buffer,
     BufferPrototype,
     ByteRequest,
-    ZarrStore,
+    SyncZarrStore,
     byte_range_bounds,
     default_buffer_prototype,
 )
+from .._concurrency import run_in_worker
+from .._defaults import TAIL_READ_SIZE
+from ..archive import IndexedTarArchive
+from ..archive._format import is_node_metadata_key
+from ..errors import RecordExistsError
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
 
 __all__ = ["ItarZarrStore"]
 
 
-class ItarZarrStore(ZarrStore):
+class ItarZarrStore(SyncZarrStore):
     """A zarr-python 3 store of the records of an indexed tar archive.
 
     With ``node_metadata`` (the decoded node metadata records by key, e.g. of a consolidated
@@ -50,7 +52,11 @@ class ItarZarrStore(ZarrStore):
     """
 
     supports_writes = True
-    supports_deletes = True  # of keys never written (a no-op); written records raise
+    # Deleting a key never written is a no-op (zarr-python deletes chunks equal to the fill
+    # value) and deleting a written record raises: no deletes to speak of. Like zarr's own
+    # ZipStore, the store says so, and zarr-python then refuses to overwrite existing nodes
+    # instead of trying to delete them.
+    supports_deletes = False
     supports_listing = True
 
     def __init__(
@@ -58,7 +64,7 @@ class ItarZarrStore(ZarrStore):
         itar: IndexedTarArchive | str | PurePath | UPath,
         *,
         read_only: bool | None = None,
-        index_tail_read_size: int | None = 1 << 20,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         node_metadata: Mapping[str, Any] | None = None,
     ) -> None:
@@ -78,6 +84,7 @@ class ItarZarrStore(ZarrStore):
             owned = True
         super().__init__(read_only=read_only)
         self._archive = archive
+        self._name = str(archive.itar_upath)
         self._owns_archive = owned
         self._node_metadata = node_metadata
 
@@ -236,9 +243,18 @@ class ItarZarrStore(ZarrStore):
     def delete_sync(self, key: str) -> None:
         self._check_writable()
         if key in self._archive:
-            raise ValueError(
-                f"{self._archive.itar_upath}: record {key!r} can't be deleted (archive records are write-once)"
+            raise RecordExistsError(
+                key, f"record {key!r} can't be deleted (archive records are write-once)", archive=self._name
             )
+
+    async def delete_dir(self, prefix: str) -> None:
+        # What zarr-python calls when it opens a hierarchy with mode="w": a no-op for prefixes
+        # without records (a new archive), refused for written ones, as delete().
+        self._check_writable()
+        start = f"{prefix.rstrip('/')}/" if prefix.strip("/") else ""
+        for key in self._archive:
+            if key.startswith(start):
+                self.delete_sync(key)
 
     # -- listing -------------------------------------------------------------------------
 

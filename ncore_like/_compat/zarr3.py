@@ -1,45 +1,119 @@
-"""Everything that depends on zarr-python's version, in one place.
+"""Everything that touches zarr-python 3 (>= 3.1), behind the names of :mod:`ncore_like._compat`.
 
-zarr-python 3 (>= 3.1) is supported now; the semi-public pieces used here (building a group
-from metadata dictionaries, the byte-request classes, the loop that runs zarr's coroutines)
-are what a zarr-python 2 port would replace.
+The semi-public pieces used here (building nodes from metadata dictionaries, the
+byte-request classes, the indexers, the loop that runs zarr's coroutines) are what a
+zarr-python 2 module beside this one would provide in its own way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import asyncio
+from abc import abstractmethod
+from collections.abc import Coroutine, Mapping
 from typing import Any, Literal, TypeVar
 
+import numcodecs
 import numpy as np
 import zarr
+from numcodecs import Blosc  # how Blosc compression is passed: zarr format 2's compressor
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.abc.store import Store as ZarrStore
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.group import AsyncGroup
-from zarr.core.sync import sync
-from zarr.storage import StorePath
+from zarr.core.sync import _get_loop
+from zarr.storage import FsspecStore, LocalStore, StorePath
+
+from .._concurrency import sync
 
 __all__ = [
+    "Blosc",
     "Buffer",
     "BufferPrototype",
     "ByteRequest",
+    "SelectionKind",
+    "SyncZarrStore",
+    "ZarrArray",
+    "ZarrFormat",
+    "ZarrGroup",
+    "ZarrNode",
     "ZarrStore",
+    "array_zarr_format",
+    "blosc_compressor",
     "byte_range_bounds",
+    "chunk_key",
+    "chunk_projections",
+    "create_array_node",
     "create_group",
     "default_buffer_prototype",
+    "fsspec_store",
     "group_from_node_metadata",
+    "guess_chunks",
+    "is_group",
+    "local_store",
     "open_group",
+    "open_member",
+    "raw_chunk_layout",
+    "read_selection",
+    "record_exists",
     "run_zarr",
+    "selection_kind",
+    "selection_shape",
+    "touched_chunk_keys",
+    "write_basic_selection",
+    "write_record",
+    "zarr_loop",
 ]
 
 T = TypeVar("T")
 ZarrFormat = Literal[2, 3]
 ZarrArray = zarr.Array[Any]
+ZarrGroup = zarr.Group
+ZarrNode = ZarrGroup | ZarrArray
+
+
+class SyncZarrStore(ZarrStore):
+    """A zarr store that also reads and writes synchronously (e.g. archives): nodes are
+    opened and records written without a round trip through zarr's event-loop thread,
+    which costs a few hundred microseconds per call."""
+
+    @abstractmethod
+    def get_sync(
+        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        """The value of ``key`` (None if missing)."""
+
+    @abstractmethod
+    def set_sync(self, key: str, value: Buffer) -> None:
+        """Stores ``value`` under ``key``."""
+
+    @abstractmethod
+    def exists_sync(self, key: str) -> bool:
+        """True if the store holds ``key``."""
+
+
+def zarr_loop() -> asyncio.AbstractEventLoop:
+    """The loop zarr-python runs its coroutines on."""
+    return _get_loop()
 
 
 def run_zarr(coroutine: Coroutine[Any, Any, T]) -> T:
     """Runs a coroutine of a zarr store on zarr's own loop (from synchronous code)."""
-    return sync(coroutine)
+    return sync(coroutine, zarr_loop())
+
+
+def is_group(node: object) -> bool:
+    """True for zarr-python groups."""
+    return isinstance(node, zarr.Group)
+
+
+def local_store(path: str, *, read_only: bool) -> ZarrStore:
+    """zarr-python's store of a local directory."""
+    return LocalStore(path, read_only=read_only)
+
+
+def fsspec_store(url: str, storage_options: Mapping[str, Any], *, read_only: bool) -> ZarrStore:
+    """zarr-python's store of an fsspec URL (a prefix of many keys)."""
+    return FsspecStore.from_url(url, storage_options=dict(storage_options), read_only=read_only)
 
 
 def byte_range_bounds(byte_range: ByteRequest | None, size: int) -> tuple[int, int]:
@@ -99,32 +173,31 @@ def create_array_node(
     shape: tuple[int, ...],
     dtype: Any,
     chunks: tuple[int, ...],
-    blosc: dict[str, Any] | None,
+    blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
 ) -> ZarrArray:
     """Writes the node metadata of an array (no chunks) and returns it opened.
 
-    ``blosc`` is ``{"cname", "clevel", "shuffle" (0/1/2), "blocksize"}`` or ``None``; the
-    codec chain is exactly one Blosc compressor or none, with no filters, so chunk records
-    are ``blosc(C-order bytes)`` (little-endian bytes in format 3).
+    The codec chain is exactly one Blosc compressor (``blosc``) or none, with no filters, so
+    chunk records are ``blosc(C-order bytes)`` (little-endian bytes in format 3).
     """
-    import numcodecs
     from zarr.codecs import BloscCodec, BloscShuffle
 
     itemsize = max(1, getattr(dtype, "itemsize", 1))
     compressors: Any = None
     if blosc is not None:
         if group.metadata.zarr_format == 2:
-            compressors = numcodecs.Blosc(**blosc)
+            compressors = blosc
         else:
-            shuffle = (BloscShuffle.noshuffle, BloscShuffle.shuffle, BloscShuffle.bitshuffle)[blosc["shuffle"]]
+            config = blosc.get_config()
+            shuffle = (BloscShuffle.noshuffle, BloscShuffle.shuffle, BloscShuffle.bitshuffle)[config["shuffle"]]
             compressors = BloscCodec(
                 typesize=itemsize,
-                cname=blosc["cname"],
-                clevel=blosc["clevel"],
+                cname=config["cname"],
+                clevel=config["clevel"],
                 shuffle=shuffle,
-                blocksize=blosc["blocksize"],
+                blocksize=config["blocksize"],
             )
     return group.create_array(
         name,
@@ -199,10 +272,9 @@ def write_basic_selection(array: ZarrArray, selection: Any, values: Any) -> None
     array.with_config({"write_empty_chunks": True}).set_basic_selection(selection, values)
 
 
-def blosc_config(array: ZarrArray) -> dict[str, Any] | Literal["other"] | None:
-    """The array's Blosc compression as ``{"cname", "clevel", "shuffle", "blocksize"}``,
-    None if uncompressed, ``"other"`` for other codecs or filters."""
-    import numcodecs
+def blosc_compressor(array: ZarrArray) -> Blosc | Literal["other"] | None:
+    """The array's Blosc compression as numcodecs' codec, None if uncompressed, ``"other"``
+    for other codecs or filters."""
     from zarr.codecs import BloscCodec, BytesCodec
 
     metadata = array.metadata
@@ -213,8 +285,7 @@ def blosc_config(array: ZarrArray) -> dict[str, Any] | Literal["other"] | None:
         if compressor is None:
             return None
         if isinstance(compressor, numcodecs.Blosc):
-            config = compressor.get_config()
-            return {key: config[key] for key in ("cname", "clevel", "shuffle", "blocksize")}
+            return compressor
         return "other"
     codecs = list(metadata.codecs)
     if not codecs or not isinstance(codecs[0], BytesCodec):
@@ -225,25 +296,23 @@ def blosc_config(array: ZarrArray) -> dict[str, Any] | Literal["other"] | None:
     if len(rest) == 1 and isinstance(rest[0], BloscCodec):
         codec = rest[0]
         shuffle = ("noshuffle", "shuffle", "bitshuffle").index(codec.shuffle.value)
-        return {"cname": codec.cname.value, "clevel": codec.clevel, "shuffle": shuffle, "blocksize": codec.blocksize}
+        return numcodecs.Blosc(cname=codec.cname.value, clevel=codec.clevel, shuffle=shuffle, blocksize=codec.blocksize)
     return "other"
 
 
 def write_record(store: ZarrStore, key: str, data: bytes) -> None:
     """Stores one record (synchronously where the store can, else on zarr's loop)."""
     buffer = default_buffer_prototype().buffer.from_bytes(data)
-    set_sync = getattr(store, "set_sync", None)
-    if set_sync is not None:
-        set_sync(key, buffer)
+    if isinstance(store, SyncZarrStore):
+        store.set_sync(key, buffer)
     else:
         run_zarr(store.set(key, buffer))
 
 
 def record_exists(store: ZarrStore, key: str) -> bool:
     """True if the store holds ``key`` (synchronously where the store can)."""
-    exists_sync = getattr(store, "exists_sync", None)
-    if exists_sync is not None:
-        return bool(exists_sync(key))
+    if isinstance(store, SyncZarrStore):
+        return store.exists_sync(key)
     return run_zarr(store.exists(key))
 
 
@@ -296,8 +365,7 @@ def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
     from zarr.core.array import AsyncArray, parse_array_metadata
 
     store = group.store
-    get_sync = getattr(store, "get_sync", None)
-    if get_sync is None:
+    if not isinstance(store, SyncZarrStore):
         try:
             return group[path]
         except KeyError:
@@ -305,7 +373,7 @@ def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
     full = f"{group.path}/{path}" if group.path else path
 
     def load(name: str) -> Any:
-        buffer = get_sync(f"{full}/{name}")
+        buffer = store.get_sync(f"{full}/{name}")
         return None if buffer is None else json.loads(buffer.to_bytes())
 
     store_path = StorePath(store, full)

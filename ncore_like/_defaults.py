@@ -1,0 +1,43 @@
+"""The one home of ncore_like's tunable defaults, each with the reason for its value.
+
+Constructors take these as their default arguments; nothing else repeats a number.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BULK_READ_AHEAD_BYTES",
+    "DECODED_CONSOLIDATED_RECORDS",
+    "DECODED_INDEX_RECORDS",
+    "INLINE_BYTES",
+    "MAX_BYTES_IN_FLIGHT",
+    "NODE_CACHE_SIZE",
+    "TAIL_READ_SIZE",
+]
+
+#: Bytes read from the end of an archive when it is opened: the index header, the index and
+#: (written last) the node metadata and consolidated records, so that opening a hierarchy
+#: costs one read (one request remotely). 1 MiB holds the index of ~30,000 records.
+TAIL_READ_SIZE = 1 << 20
+
+#: Reads storing fewer bytes than this decode on the calling thread: handing chunks to the
+#: worker pool costs ~150 us, which a 2-core machine wins back from ~2 MB of Blosc records
+#: on (1.3x slower at 0.8 MB, 1.2x faster at 3 MB; scripts/bench_inline_threshold.py).
+INLINE_BYTES = 1536 * 1024
+
+#: Bytes of remote records fetched but not yet decoded, per read (bounds memory when a
+#: read's requests all go out at once).
+MAX_BYTES_IN_FLIGHT = 256 << 20
+
+#: Bytes of records read ahead of their consumer by bulk operations over many records
+#: (verifying, copying, extracting): enough to keep every thread's requests in flight.
+BULK_READ_AHEAD_BYTES = 256 << 20
+
+#: Records, summed over the decoded indices kept per process (about 60 MB for typical keys).
+DECODED_INDEX_RECORDS = 250_000
+
+#: Decoded consolidated metadata records kept per process.
+DECODED_CONSOLIDATED_RECORDS = 64
+
+#: Opened nodes a NodeCache keeps unless told otherwise.
+NODE_CACHE_SIZE = 4096
