@@ -1,0 +1,83 @@
+"""The layering holds: read from the source with ``ast`` (tests/support/architecture.py).
+
+* zarr-python is imported only by ``ncore_like/_compat`` (the one seam per zarr version);
+* every run-time import goes down the layers (archive -> store -> backend -> nodes -> cli),
+  in particular the store layer never imports the typed layer;
+* the layer diagram of ``docs/architecture.md`` is the one the imports give.
+"""
+
+from __future__ import annotations
+
+from tests.support.architecture import (
+    ALLOWED,
+    REPO,
+    Import,
+    layer_edges,
+    layer_of,
+    package_imports,
+    render_diagram,
+)
+
+#: Imports of higher layers in annotations only (``if TYPE_CHECKING:``): the store's
+#: root-group methods are typed as returning the typed layer's Group.
+ANNOTATION_ONLY = {
+    ("ncore_like.store._base", "ncore_like.nodes"),
+    ("ncore_like.store._base", "ncore_like.backend"),
+}
+
+
+def _where(item: Import) -> str:
+    return f"{item.module} (line {item.line}) imports {item.target}"
+
+
+def test_only_the_compat_package_imports_zarr() -> None:
+    offending = [
+        _where(item)
+        for item in package_imports()
+        if (item.target == "zarr" or item.target.startswith("zarr."))
+        and not item.module.startswith("ncore_like._compat")
+    ]
+    assert not offending, offending
+
+
+def test_run_time_imports_go_down_the_layers() -> None:
+    offending = []
+    for item in package_imports():
+        source, target = layer_of(item.module), layer_of(item.target)
+        if item.type_checking or target is None or source == target:
+            continue
+        assert source is not None
+        if target not in ALLOWED[source]:
+            offending.append(f"{_where(item)}: layer {source} may not import layer {target}")
+    assert not offending, offending
+
+
+def test_the_store_layer_never_imports_the_typed_layer() -> None:
+    for item in package_imports():
+        if layer_of(item.module) == "store" and layer_of(item.target) in ("nodes", "backend", "cli"):
+            assert item.type_checking, _where(item)
+            assert (item.module, item.target) in ANNOTATION_ONLY, _where(item)
+
+
+def test_upward_imports_for_annotations_are_the_known_ones() -> None:
+    order = list(ALLOWED)
+    upward = {
+        (item.module, item.target)
+        for item in package_imports()
+        if item.type_checking
+        and layer_of(item.target) is not None
+        and order.index(layer_of(item.target) or "") > order.index(layer_of(item.module) or "")
+    }
+    assert upward == ANNOTATION_ONLY
+
+
+def test_the_architecture_page_shows_the_imports() -> None:
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start, end = "<!-- layers: start -->\n```text\n", "\n```\n<!-- layers: end -->"
+    assert start in page and end in page, "docs/architecture.md lost its diagram markers"
+    shown = page.split(start, 1)[1].split(end, 1)[0]
+    expected = render_diagram(layer_edges(package_imports()))
+    assert shown == expected, (
+        "docs/architecture.md shows another layer diagram than the imports give; "
+        "regenerate it with `python -m tests.support.architecture`:\n" + expected
+    )
