@@ -384,3 +384,30 @@ async def test_gathered_fallback_reads_do_not_starve_the_worker_pool(tmp_path: P
         set_worker_threads(None)
     for result in results:
         np.testing.assert_array_equal(result, data)
+
+
+# -- corrupt chunk records -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (b"certainly not blosc", "decompresses to 0 bytes, expected 16"),
+        (numcodecs.blosc.compress(np.zeros(3, np.float32).tobytes(), b"lz4", 5, 1), "decompresses to 12 bytes"),
+    ],
+)
+def test_corrupt_compressed_chunks_raise_a_format_error_naming_archive_and_key(
+    tmp_path: Path, record: bytes, message: str
+) -> None:
+    from ncore_like import ArchiveFormatError, EncodedArray
+
+    encoded = EncodedArray.encode(np.arange(8, dtype=np.float32), chunks=(4,), compression=BloscCompression())
+    encoded.chunk_records[(1,)] = record  # the second chunk is damaged, the first is fine
+    write(tmp_path / "c.itar", lambda root: root.create_encoded_array("x", encoded))
+    array = open_array(tmp_path / "c.itar", "x")
+    np.testing.assert_array_equal(array.read(slice(0, 4)), np.arange(4, dtype=np.float32))
+    with pytest.raises(ArchiveFormatError, match=message) as raised:
+        array.read()
+    assert raised.value.key == "x/1" and raised.value.archive is not None
+    assert raised.value.archive.endswith("c.itar") and str(raised.value).startswith(raised.value.archive)
+    assert isinstance(raised.value, ValueError)

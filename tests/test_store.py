@@ -443,3 +443,16 @@ def test_reopening_decodes_the_consolidated_record_once(tmp_path: Path, monkeypa
     clear_caches()
     IndexedTarZarrStore(tmp_path / "c.itar").open_root_group()
     assert len(decoded) == 2
+
+
+def test_a_reader_archive_never_becomes_a_writable_store(tmp_path: Path) -> None:
+    from ncore_like import ReadOnlyError
+    from ncore_like.store import ItarZarrStore
+
+    IndexedTarArchive(tmp_path / "r.itar", mode="w").close()
+    reader = IndexedTarArchive(tmp_path / "r.itar")
+    with pytest.raises(ReadOnlyError, match="store can't write") as raised:
+        ItarZarrStore(reader, read_only=False)
+    assert raised.value.archive == str(reader.itar_upath)
+    with pytest.raises(ReadOnlyError, match="open it with mode='w'"):
+        ItarZarrStore(reader).with_read_only(False)

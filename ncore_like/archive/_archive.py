@@ -520,7 +520,9 @@ class IndexedTarArchive:
                 self._metadata[key] = bytes(payload)
                 return
             if key in self._positions:
-                raise RecordExistsError(key, f"{self._name}: record {key!r} exists already (records are write-once)")
+                raise RecordExistsError(
+                    key, f"record {key!r} exists already (records are write-once)", archive=self._name
+                )
             self._append(key, payload)
 
     def _check_writable(self) -> None:

@@ -7,6 +7,8 @@ import threading
 import numcodecs.blosc
 import numpy as np
 
+from ..errors import ArchiveFormatError
+
 __all__ = ["decode_into", "scratch_buffer"]
 
 _local = threading.local()
@@ -26,19 +28,32 @@ def decode_into(
     record: bytes, dest: np.ndarray[tuple[int], np.dtype[np.uint8]], *, compressed: bool, key: str, where: str
 ) -> None:
     """Decodes a chunk record into ``dest`` (a contiguous byte view of exactly the chunk's
-    size): Blosc decompresses straight into it; raw records are copied once."""
+    size): Blosc decompresses straight into it; raw records are copied once.
+
+    Raises:
+        ArchiveFormatError: For records that don't decode to the chunk's size (``where``
+            names the archive).
+    """
     if not compressed:
         if len(record) != dest.size:
-            raise ValueError(f"{where}: chunk record {key!r} has {len(record)} bytes, expected {dest.size}")
+            raise ArchiveFormatError(
+                f"chunk record {key!r} has {len(record)} bytes, expected {dest.size}", archive=where, key=key
+            )
         dest[:] = np.frombuffer(record, dtype=np.uint8)
         return
     try:
         nbytes = numcodecs.blosc._cbuffer_sizes(record)[0]
     except Exception as error:
-        raise ValueError(f"{where}: chunk record {key!r} is no Blosc stream ({error})") from error
+        raise ArchiveFormatError(
+            f"chunk record {key!r} is no Blosc stream ({error})", archive=where, key=key
+        ) from error
     if nbytes != dest.size:
-        raise ValueError(f"{where}: chunk record {key!r} decompresses to {nbytes} bytes, expected {dest.size}")
+        raise ArchiveFormatError(
+            f"chunk record {key!r} decompresses to {nbytes} bytes, expected {dest.size}", archive=where, key=key
+        )
     try:
         numcodecs.blosc.decompress(record, dest)
     except Exception as error:
-        raise ValueError(f"{where}: chunk record {key!r} can't be decompressed ({error})") from error
+        raise ArchiveFormatError(
+            f"chunk record {key!r} can't be decompressed ({error})", archive=where, key=key
+        ) from error

@@ -28,7 +28,7 @@ from .._concurrency import run_in_worker
 from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
-from ..errors import RecordExistsError
+from ..errors import ReadOnlyError, RecordExistsError
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
 
 __all__ = ["ItarZarrStore"]
@@ -72,7 +72,7 @@ class ItarZarrStore(SyncZarrStore):
             archive, owned = itar, False
             read_only = archive.mode == "r" if read_only is None else read_only
             if not read_only and archive.mode == "r":
-                raise ValueError(f"{archive.itar_upath}: archive is opened for reading, store can't write")
+                raise ReadOnlyError("archive is opened for reading, store can't write", archive=str(archive.itar_upath))
         else:
             read_only = True if read_only is None else read_only
             archive = IndexedTarArchive(
@@ -97,9 +97,8 @@ class ItarZarrStore(SyncZarrStore):
         """A store of the same archive that refuses writes (a reader can't become a writer:
         writing would truncate the archive)."""
         if not read_only and self._archive.mode == "r":
-            raise ValueError(
-                f"{self._archive.itar_upath}: archive is opened for reading; open it with mode='w' to "
-                "write (which truncates it)"
+            raise ReadOnlyError(
+                "archive is opened for reading; open it with mode='w' to write (which truncates it)", archive=self._name
             )
         return ItarZarrStore(self._archive, read_only=read_only)
 
