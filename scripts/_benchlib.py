@@ -1,14 +1,17 @@
 """What the benchmark scripts (``bench_archive.py``, ``bench_read.py``, ``bench_write.py``)
-share: the result rows and their table, interleaved median timing, the command line every
-script accepts, the run banner and the JSON results that ``plot_performance.py`` reads.
+share: the result rows and their table, interleaved median timing, the driver every script
+runs (:func:`run_benchmark`: command line, temporary directory, banner, table, JSON) and the
+JSON results, which ``plot_performance.py`` reads back with :meth:`Results.load`.
 
 The scripts run as ``python scripts/bench_X.py``; each puts its own folder on ``sys.path``
-and imports this module as ``_benchlib``. It is no part of the ``ncore_like`` package.
+and imports this module as ``_benchlib``. It is no part of the ``ncore_like`` package, and
+imports it (and zarr) only when a benchmark runs, not when ``plot_performance.py`` loads.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import importlib.metadata
 import json
@@ -20,26 +23,28 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import zarr
-
-import ncore_like
+import numpy as np
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from ncore_like import Array
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
 MIB = 1 << 20
-TAIL_READ_SIZE = 1 << 20  # IndexedTarArchive's default index_tail_read_size
 #: What the ratios of a run are, in the banner's closing parenthesis.
 SIDE_BY_SIDE = "ratios of medians measured side by side in this run"
+#: The columns of :func:`format_table` (with "best" after "ratio" where rows have a best ratio).
+TABLE_HEADER: tuple[str, ...] = ("workload", "measure", "ratio", "of", "target", "ok", "raw medians / details")
+T = TypeVar("T")
 
 
 # -- results ----------------------------------------------------------------------------------
@@ -48,10 +53,6 @@ SIDE_BY_SIDE = "ratios of medians measured side by side in this run"
 def ratio_text(value: float | None) -> str:
     """A ratio as the table shows it (``1.23x``, ``-`` where there is none)."""
     return "-" if value is None else f"{value:.2f}x"
-
-
-#: The columns of :func:`format_table`, one per :meth:`Row.cells`.
-TABLE_HEADER: tuple[str, ...] = ("workload", "measure", "ratio", "of", "target", "ok", "raw medians / details")
 
 
 @dataclass
@@ -66,17 +67,30 @@ class Row:
     ok: bool | None
     raw: dict[str, float] = field(default_factory=dict)
     detail: str = ""
+    best_ratio: float | None = None
+    """The same ratio of the fastest runs (``bench_write.py``: interference from other
+    processes only adds time, so this is what each side can do on this machine)."""
 
-    def cells(self) -> tuple[str, ...]:
-        """The row's cells under :data:`TABLE_HEADER`."""
+    def cells(self, best: bool = False) -> tuple[str, ...]:
+        """The row's cells under :data:`TABLE_HEADER` (with the best ratio if ``best``)."""
         ok = "" if self.ok is None else ("ok" if self.ok else "MISS")
-        return (self.workload, self.measure, ratio_text(self.ratio), self.ratio_label, self.target, ok, self.detail)
+        ratios = (self.ratio, self.best_ratio) if best else (self.ratio,)
+        return (self.workload, self.measure, *map(ratio_text, ratios), self.ratio_label, self.target, ok, self.detail)
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as the JSON holds it (``best_ratio`` only where there is one)."""
+        data = asdict(self)
+        if self.best_ratio is None:
+            del data["best_ratio"]
+        return data
 
 
-def format_table(rows: Sequence[Row], header: Sequence[str] = TABLE_HEADER) -> str:
+def format_table(rows: Sequence[Row]) -> str:
     """The rows as a plain-text table: columns padded to their widest cell but the last (the
     details), a rule of dashes (at most 160) under the header."""
-    table = [tuple(header), *(row.cells() for row in rows)]
+    best = any(row.best_ratio is not None for row in rows)
+    header = (*TABLE_HEADER[:3], "best", *TABLE_HEADER[3:]) if best else TABLE_HEADER
+    table = [header, *(row.cells(best) for row in rows)]
     widths = [max(len(line[column]) for line in table) for column in range(len(header) - 1)]
     lines = []
     for line in table:
@@ -84,6 +98,37 @@ def format_table(rows: Sequence[Row], header: Sequence[str] = TABLE_HEADER) -> s
         lines.append("  ".join([*cells, line[-1]]).rstrip())
     lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
     return "\n".join(lines)
+
+
+@dataclass(kw_only=True)
+class Results:
+    """One run of a benchmark script as its JSON file holds it (``--json``): the fields in
+    order, those that are None left out."""
+
+    config: dict[str, Any]
+    quick: bool
+    elapsed_s: float
+    load_average: dict[str, float] | None = None
+    """1-minute load average ``before`` and ``after`` the run (``bench_write.py``)."""
+    versions: dict[str, str]
+    cpus: int | None = field(default_factory=os.cpu_count)
+    backend_stats: str | None = None
+    rows: list[Row]
+    notes: list[str] | None = None
+    """Caveats the script printed about this run (``bench_write.py``)."""
+
+    def write(self, path: Path) -> None:
+        """Writes the JSON file that ``plot_performance.py`` reads with :meth:`load`."""
+        data = {name: value for name, value in vars(self).items() if value is not None}
+        data["rows"] = [row.to_json() for row in self.rows]
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> Results:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise ValueError(f"{path}: not a benchmark result (no list of rows)")
+        return cls(**data | {"rows": [Row(**row) for row in data["rows"]]})
 
 
 def ms(seconds: float, *, fine: bool = True) -> str:
@@ -107,6 +152,13 @@ def package_version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "?"
+
+
+def expect(condition: bool, what: str) -> None:
+    """Stops the run if ``what`` (a contender's result) is wrong; unlike ``assert``, also
+    under ``python -O``."""
+    if not condition:
+        raise AssertionError(f"{what} differs from the written data")
 
 
 # -- timing ---------------------------------------------------------------------------------
@@ -164,6 +216,30 @@ def median_times(
     return Timings(samples)
 
 
+def pread_all(fd: int, ranges: Iterable[tuple[int, int]]) -> None:
+    """Bare ``os.pread`` of each ``(offset, size)`` range (e.g. :class:`ncore_like.Record`)."""
+    for offset, size in ranges:
+        os.pread(fd, size, offset)
+
+
+def each(function: Callable[[T], object], items: Iterable[T]) -> None:
+    """Calls ``function`` on every item, each result dropped at once (as a loop would)."""
+    for item in items:
+        function(item)
+
+
+def fsspec_gather(filesystem: Any, path: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
+    """The ``(offset, size)`` ranges of a remote file fetched with fsspec alone, all at once
+    on fsspec's own loop (the limit of a remote read)."""
+    import fsspec.asyn
+
+    async def gather() -> list[bytes]:
+        requests = (filesystem._cat_file(path, start=offset, end=offset + size) for offset, size in ranges)
+        return list(await asyncio.gather(*requests))
+
+    return fsspec.asyn.sync(filesystem.loop, gather)  # type: ignore[no-any-return]
+
+
 # -- data and files -------------------------------------------------------------------------
 
 
@@ -177,23 +253,21 @@ def random_payloads(rng: random.Random, count: int, low: int, high: int) -> Iter
         yield base[start : start + size]
 
 
-def warm_page_cache(path: Path) -> None:
-    """Reads a file (or every file below a directory) once, so later reads hit the page cache."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file_path in files:
-        with file_path.open("rb", buffering=0) as file:
-            while file.read(16 << 20):
-                pass
+def warm_page_cache(*paths: Path) -> None:
+    """Reads files (or every file below directories) once, so later reads hit the page cache."""
+    for path in paths:
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for file_path in files:
+            with file_path.open("rb", buffering=0) as file:
+                while file.read(16 << 20):
+                    pass
 
 
-@contextmanager
-def temporary_directory(prefix: str, parent: Path | None) -> Iterator[Path]:
-    """A new temporary directory (below ``parent`` if given), removed with all it holds on exit."""
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def chunk_key(array: Array, coords: Sequence[int] = ()) -> str:
+    """The archive key of a chunk record of ``array`` (of its only chunk by default), as its
+    zarr metadata names it."""
+    node = array.zarr
+    return (f"{node.path}/" if node.path else "") + node.metadata.encode_chunk_key(tuple(coords))
 
 
 def import_servers() -> ModuleType:
@@ -205,89 +279,115 @@ def import_servers() -> ModuleType:
     return servers
 
 
-# -- command line and results ------------------------------------------------------------------
+# -- driver -----------------------------------------------------------------------------------
 
 
-def bench_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
-    """A parser described by the first paragraph of ``doc``, with ``--quick`` and ``--json``."""
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
+
+
+@dataclass(eq=False)
+class Run(Generic[ConfigT]):
+    """What :func:`run_benchmark` hands each workload."""
+
+    args: argparse.Namespace
+    config: ConfigT
+    root: Path
+    """The run's temporary directory (for files that workloads share)."""
+    tmp: Path = Path()
+    """The running workload's own directory below :attr:`root`, removed when it returns
+    (freeing the disk and its page cache before the next workload)."""
+    shared: dict[str, Any] = field(default_factory=dict)
+    """What one workload prepared that the next may reuse."""
+
+    @cached_property
+    def rng(self) -> random.Random:
+        """The run's random generator (``--seed``), shared by the workloads in their order."""
+        return random.Random(self.args.seed)
+
+    @cached_property
+    def generator(self) -> np.random.Generator:
+        """The run's numpy random generator (``--seed``), shared like :attr:`rng`."""
+        return np.random.default_rng(self.args.seed)
+
+
+def run_benchmark(
+    script: str,
+    doc: str | None,
+    workloads: Mapping[str, Callable[[Run[ConfigT]], Sequence[Row]]],
+    configure: Callable[[argparse.Namespace], ConfigT],
+    *,
+    quick_help: str,
+    seed_help: str,
+    only_note: str = "",
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    other_versions: Mapping[str, str] | None = None,
+    legend: str = SIDE_BY_SIDE,
+    load_average: bool = False,
+    notes: list[str] | None = None,
+    backend: Callable[[], tuple[str, str]] | None = None,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """The ``main()`` of a benchmark script: parses the command line (``--quick``, ``--json``,
+    the script's own ``add_arguments``, ``--seed``, ``--tmpdir``, ``--only``; the description
+    is the first paragraph of ``doc``), makes the configuration, runs the chosen workloads in
+    their order in a temporary directory, prints a banner and the table, writes the JSON.
+
+    The banner names the versions (ncore_like, zarr, ``other_versions``, Python), the CPUs,
+    the kind and length of the run and, in parentheses, ``legend``. ``load_average`` records
+    the 1-minute load average before and after the run; ``notes`` (filled by the workloads)
+    are printed below the table and written to the JSON; ``backend`` tells, after the run,
+    the name and statistics of the backend(s) the arrays read through.
+    """
+    import zarr  # here, not at the top: plot_performance.py imports this module without them
+
+    import ncore_like
+
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
     parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
-    return parser
-
-
-def add_run_arguments(
-    parser: argparse.ArgumentParser, seed_help: str, only: Sequence[str], only_note: str = ""
-) -> None:
-    """``--seed``, ``--tmpdir`` and ``--only`` (choices ``only``, repeatable; ``only_note`` ends
-    its help)."""
+    if add_arguments is not None:
+        add_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help=seed_help)
     parser.add_argument("--tmpdir", type=Path, default=None, help="where to create the temporary directory")
-    parser.add_argument(
-        "--only",
-        choices=tuple(only),
-        action="append",
-        help=f"run only these workloads (repeatable; default: all{only_note})",
-    )
-
-
-def versions(**others: str) -> dict[str, str]:
-    """The versions a run reports: ``ncore_like``, ``zarr``, ``others`` in order, ``python``."""
-    return {
-        "ncore_like": ncore_like.__version__,
-        "zarr": zarr.__version__,
-        **others,
-        "python": platform.python_version(),
-    }
-
-
-def banner(
-    script: str,
-    versions: Mapping[str, str],
-    *,
-    quick: bool,
-    elapsed: float,
-    backend: str | None = None,
-    load: tuple[float, float] | None = None,
-    legend: str = SIDE_BY_SIDE,
-) -> str:
-    """The line printed above the table: versions (``backend`` named after ncore_like's),
-    CPUs, the 1-minute load average before and after (if given), the kind and length of the
-    run and, in parentheses, ``legend``."""
-    parts = []
-    for name, version in versions.items():
-        note = f" (backend {backend})" if name == "ncore_like" and backend is not None else ""
-        parts.append(f"{'Python' if name == 'python' else name} {version}{note}")
+    only_help = f"run only these workloads (repeatable; default: all{only_note})"
+    parser.add_argument("--only", choices=tuple(workloads), action="append", help=only_help)
+    args = parser.parse_args(argv)
+    config = configure(args)
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    rows: list[Row] = []
+    root = Path(tempfile.mkdtemp(prefix=f"{script.replace('_', '-')}-", dir=args.tmpdir))
+    try:
+        run = Run(args, config, root)
+        for name, workload in workloads.items():
+            if args.only is None or name in args.only:
+                run.tmp = root / name
+                run.tmp.mkdir()
+                rows += workload(run)
+                shutil.rmtree(run.tmp)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    load = {"before": load_before, "after": os.getloadavg()[0]} if load_average else None
+    versions = {"ncore_like": ncore_like.__version__, "zarr": zarr.__version__, **(other_versions or {})}
+    versions["python"] = platform.python_version()
+    backend_name, stats = backend() if backend is not None else (None, None)
+    parts = [f"{'Python' if name == 'python' else name} {version}" for name, version in versions.items()]
+    if backend_name is not None:
+        parts[0] += f" (backend {backend_name})"
     parts.append(f"{os.cpu_count()} CPUs")
     if load is not None:
-        parts.append(f"load avg {load[0]:.2f} -> {load[1]:.2f}")
-    parts.append(f"{'quick' if quick else 'full'} run in {elapsed:.1f} s")
-    return f"{script}: {', '.join(parts)} ({legend})"
-
-
-def write_json(
-    path: Path,
-    config: DataclassInstance,
-    *,
-    quick: bool,
-    elapsed: float,
-    versions: Mapping[str, str],
-    rows: Sequence[Row],
-    load: tuple[float, float] | None = None,
-    backend_stats: str | None = None,
-    notes: Sequence[str] | None = None,
-) -> None:
-    """The results as JSON (read by ``plot_performance.py``): ``config``, ``quick``,
-    ``elapsed_s``, ``load_average`` (if ``load``), ``versions``, ``cpus``, ``backend_stats``
-    (if given), ``rows``, ``notes`` (if given)."""
-    result: dict[str, Any] = {"config": asdict(config), "quick": quick, "elapsed_s": elapsed}
-    if load is not None:
-        result["load_average"] = {"before": load[0], "after": load[1]}
-    result["versions"] = dict(versions)
-    result["cpus"] = os.cpu_count()
-    if backend_stats is not None:
-        result["backend_stats"] = backend_stats
-    result["rows"] = [asdict(row) for row in rows]
-    if notes is not None:
-        result["notes"] = list(notes)
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        parts.append(f"load avg {load['before']:.2f} -> {load['after']:.2f}")
+    parts.append(f"{'quick' if args.quick else 'full'} run in {elapsed:.1f} s")
+    print(f"{script}: {', '.join(parts)} ({legend})")
+    print(format_table(rows))
+    if stats is not None:
+        print(f"backend stats: {stats}")
+    for note in notes or ():
+        print(f"note: {note}")
+    if args.json is not None:
+        Results(
+            config=asdict(config), quick=args.quick, elapsed_s=elapsed, load_average=load, versions=versions,
+            backend_stats=stats, rows=rows, notes=notes,
+        ).write(args.json)  # fmt: skip
+    return 0

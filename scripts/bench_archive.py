@@ -41,7 +41,6 @@ import lzma
 import os
 import random
 import statistics
-import struct
 import sys
 import time
 import zipfile
@@ -53,28 +52,25 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import cbor2
-import fsspec.asyn
 import numpy as np
 import zarr
 import zarr.storage
 from upath import UPath
-from zarr.abc.store import Store as ZarrStore
 
 from ncore_like import IndexedTarArchive, IndexedTarZarrStore, Record, clear_caches
+from ncore_like._defaults import TAIL_READ_SIZE
+from ncore_like.archive._format import BLOCK_SIZE, unpack_index_header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
 import _benchlib as bench
-from _benchlib import MB, TAIL_READ_SIZE, Row, median_times, ms, us, warm_page_cache
+from _benchlib import MB, Row, median_times, ms, pread_all, us, warm_page_cache
 
-INDEX_HEADER_FORMAT = "<4sIQI"  # magic, index type, index offset, index size
-
-
-# -- configuration and results ------------------------------------------------------------
+Trial = tuple[float, list[dict[str, Any]]]  # wall time, the server's request log
 
 
 @dataclass(frozen=True)
 class Config:
-    """Sizes of the workloads (defaults: the full run; :func:`quick_config`: the smoke run)."""
+    """Sizes of the workloads (defaults: the full run; :func:`configure` ``--quick``: the smoke run)."""
 
     big_records: int = 400
     big_min: int = 800_000
@@ -96,8 +92,10 @@ class Config:
     seed: int = 0
 
 
-def quick_config(seed: int) -> Config:
-    """A small configuration that runs in a few seconds."""
+def configure(args: argparse.Namespace) -> Config:
+    """The full run, or with ``--quick`` a small configuration that runs in a few seconds."""
+    if not args.quick:
+        return Config(seed=args.seed)
     return Config(
         big_records=40,
         big_repeats=3,
@@ -110,7 +108,7 @@ def quick_config(seed: int) -> Config:
         remote_repeats=1,
         arrays=12,
         store_repeats=5,
-        seed=seed,
+        seed=args.seed,
     )
 
 
@@ -126,136 +124,110 @@ def write_big_archive(path: Path, config: Config, count: int, rng: random.Random
     return keys
 
 
-def write_small_archive(path: Path, config: Config, rng: random.Random) -> list[str]:
-    """An archive of small records (1-4 KB) plus a few node metadata records; returns the
-    keys of the small records."""
-    keys = [f"chunks/{index // 100:03d}/{index % 100:02d}" for index in range(config.small_records)]
-    with IndexedTarArchive(path, mode="w") as archive:
-        for key, payload in zip(keys, bench.random_payloads(rng, len(keys), 1024, 4096), strict=True):
-            archive[key] = payload
-        archive[".zgroup"] = b'{"zarr_format": 2}'
-        archive[".zattrs"] = json.dumps({"bench": "small records"}).encode()
-        for index in range(max(0, config.metadata_records - 2)):
-            archive[f"meta{index}/.zgroup"] = b'{"zarr_format": 2}'
-    return keys
+def small_archive(run: bench.Run[Config]) -> tuple[Path, list[str]]:
+    """The archive of small records (1-4 KB) plus a few node metadata records that workloads
+    1 and 2 share, written on first use; its path and the keys of the small records."""
+    if "small" not in run.shared:
+        path, config = run.root / "small.itar", run.config
+        keys = [f"chunks/{index // 100:03d}/{index % 100:02d}" for index in range(config.small_records)]
+        with IndexedTarArchive(path, mode="w") as archive:
+            for key, payload in zip(keys, bench.random_payloads(run.rng, len(keys), 1024, 4096), strict=True):
+                archive[key] = payload
+            archive[".zgroup"] = b'{"zarr_format": 2}'
+            archive[".zattrs"] = json.dumps({"bench": "small records"}).encode()
+            for index in range(max(0, config.metadata_records - 2)):
+                archive[f"meta{index}/.zgroup"] = b'{"zarr_format": 2}'
+        run.shared["small"] = path, keys
+    return run.shared["small"]  # type: ignore[no-any-return]
 
 
 def index_bytes(path: Path) -> bytes:
     """The compressed index of an archive, located through its header block."""
     with path.open("rb") as file:
-        file.seek(-512, os.SEEK_END)
-        magic, _type, offset, size = struct.unpack_from(INDEX_HEADER_FORMAT, file.read(512))
-        assert magic == b"itar", magic
-        file.seek(offset)
-        return file.read(size)
+        file.seek(-BLOCK_SIZE, os.SEEK_END)
+        header = unpack_index_header(file.read(BLOCK_SIZE), str(path))
+        file.seek(header.offset)
+        return file.read(header.size)
 
 
-def outside_tail(archive: IndexedTarArchive, keys: Sequence[str], path: Path) -> list[str]:
-    """The keys whose records lie before the tail read (so they are read from the file, not
-    served from the memory of the opening)."""
-    tail_start = path.stat().st_size - TAIL_READ_SIZE
-    records = archive.records
-    return [key for key in keys if records[key].offset + records[key].size <= tail_start]
+def before_tail(records: Mapping[str, Record], keys: Sequence[str], file_size: int) -> list[str]:
+    """The keys whose records lie before the tail read of an opening, so reading one takes its
+    own I/O rather than the memory of the opening (all keys if none does)."""
+    return [key for key in keys if sum(records[key]) <= file_size - TAIL_READ_SIZE] or list(keys)
+
+
+def read_keys(archive: IndexedTarArchive, keys: Sequence[str]) -> None:
+    for key in keys:
+        archive[key]
 
 
 # -- workload 1: random reads -----------------------------------------------------------------
 
 
-def bench_random_reads(tmp: Path, config: Config, rng: random.Random) -> tuple[list[Row], Path]:
-    path = tmp / "big" / "frames.itar"
-    path.parent.mkdir()
+def bench_reads(run: bench.Run[Config]) -> list[Row]:
+    small_path, small_keys = small_archive(run)  # first: the random sequence of the run stays as it was
+    config, rng = run.config, run.rng
+    path = run.tmp / "frames.itar"
     keys = write_big_archive(path, config, config.big_records, rng)
     warm_page_cache(path)
-    rows: list[Row] = []
     order = keys[:]
     rng.shuffle(order)
-    with IndexedTarArchive(path) as archive:
-        ranges = [(archive.records[key].offset, archive.records[key].size) for key in order]
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            for key, (offset, size) in zip(order[:3], ranges[:3], strict=True):
-                assert archive[key] == os.pread(fd, size, offset)
-            for key in order:  # every record once through the archive too
-                archive[key]
+    rows = big_read_rows(path, order, config)
+    path.unlink()  # free the page cache and disk early
+    return [*rows, small_read_row(small_path, small_keys, config, rng)]
 
-            def pread_all(part: Sequence[tuple[int, int]]) -> None:
-                for offset, size in part:
-                    os.pread(fd, size, offset)
 
-            def archive_all(part: Sequence[str]) -> None:
-                for key in part:
-                    archive[key]
-
-            read_mb = sum(size for _, size in ranges) / MB
-            times = median_times(
-                {"pread": lambda: pread_all(ranges), "archive": lambda: archive_all(order)}, config.big_repeats
+def big_read_rows(path: Path, order: list[str], config: Config) -> list[Row]:
+    with IndexedTarArchive(path) as archive, path.open("rb", buffering=0) as file:
+        fd = file.fileno()
+        ranges = [archive.records[key] for key in order]
+        for key, (offset, size) in zip(order[:3], ranges[:3], strict=True):
+            assert archive[key] == os.pread(fd, size, offset)
+        read_keys(archive, order)  # every record once through the archive too
+        one = median_times(
+            {"pread": lambda: pread_all(fd, ranges), "archive": lambda: read_keys(archive, order)}, config.big_repeats
+        )
+        with ThreadPoolExecutor(2) as pool:
+            range_parts, key_parts = [ranges[0::2], ranges[1::2]], [order[0::2], order[1::2]]
+            two = median_times(
+                {
+                    "pread": lambda: list(pool.map(pread_all, [fd, fd], range_parts)),
+                    "archive": lambda: list(pool.map(read_keys, [archive, archive], key_parts)),
+                },
+                config.big_repeats,
             )
-            rows.append(_ratio_row("1 random reads", f"~1 MB records, 1 thread ({len(order)} reads)", times, read_mb))
-            with ThreadPoolExecutor(2) as pool:
-                range_parts = [ranges[0::2], ranges[1::2]]
-                key_parts = [order[0::2], order[1::2]]
-                times = median_times(
-                    {
-                        "pread": lambda: list(pool.map(pread_all, range_parts)),
-                        "archive": lambda: list(pool.map(archive_all, key_parts)),
-                    },
-                    config.big_repeats,
-                )
-            rows.append(_ratio_row("1 random reads", f"~1 MB records, 2 threads ({len(order)} reads)", times, read_mb))
-        finally:
-            os.close(fd)
-    return rows, path
+    read_mb = sum(size for _, size in ranges) / MB
+    return [
+        pread_row(f"~1 MB records, {threads} ({len(order)} reads)", times, read_mb)
+        for threads, times in (("1 thread", one), ("2 threads", two))
+    ]
 
 
-def _ratio_row(workload: str, measure: str, times: dict[str, float], read_mb: float) -> Row:
+def pread_row(measure: str, times: Mapping[str, float], read_mb: float) -> Row:
     pread, archive = times["pread"], times["archive"]
     ratio = pread / archive
-    return Row(
-        workload,
-        measure,
-        ratio,
-        "archive/pread throughput",
-        ">= 0.90x",
-        ratio >= 0.9,
-        {"pread_s": pread, "archive_s": archive},
-        f"pread {ms(pread)}, archive {ms(archive)}; pread {read_mb / pread / 1e3:.2f} GB/s",
-    )
+    detail = f"pread {ms(pread)}, archive {ms(archive)}; pread {read_mb / pread / 1e3:.2f} GB/s"
+    raw = {"pread_s": pread, "archive_s": archive}
+    return Row("1 random reads", measure, ratio, "archive/pread throughput", ">= 0.90x", ratio >= 0.9, raw, detail)
 
 
-def bench_small_reads(path: Path, keys: list[str], config: Config, rng: random.Random) -> Row:
+def small_read_row(path: Path, keys: list[str], config: Config, rng: random.Random) -> Row:
     warm_page_cache(path)
-    with IndexedTarArchive(path) as archive:
-        candidates = outside_tail(archive, keys, path)
+    with IndexedTarArchive(path) as archive, path.open("rb", buffering=0) as file:
+        candidates = before_tail(archive.records, keys, path.stat().st_size)
         chosen = [rng.choice(candidates) for _ in range(config.small_reads)]
-        ranges = [(archive.records[key].offset, archive.records[key].size) for key in chosen]
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            assert archive[chosen[0]] == os.pread(fd, ranges[0][1], ranges[0][0])
-
-            def pread_all() -> None:
-                for offset, size in ranges:
-                    os.pread(fd, size, offset)
-
-            def archive_all() -> None:
-                for key in chosen:
-                    archive[key]
-
-            times = median_times({"pread": pread_all, "archive": archive_all}, config.small_repeats)
-        finally:
-            os.close(fd)
+        ranges = [archive.records[key] for key in chosen]
+        assert archive[chosen[0]] == os.pread(file.fileno(), ranges[0].size, ranges[0].offset)
+        functions = {"pread": lambda: pread_all(file.fileno(), ranges), "archive": lambda: read_keys(archive, chosen)}
+        times = median_times(functions, config.small_repeats)
     count = len(chosen)
     pread, arch = times["pread"] / count, times["archive"] / count
     ratio = arch / pread
     return Row(
-        "1 random reads",
-        f"small 1-4 KB records by key ({count} reads)",
-        ratio,
-        "time archive/pread",
-        "<= 2.00x",
-        ratio <= 2.0,
-        {"pread_per_read_s": pread, "archive_per_read_s": arch},
+        "1 random reads", f"small 1-4 KB records by key ({count} reads)", ratio, "time archive/pread", "<= 2.00x",
+        ratio <= 2.0, {"pread_per_read_s": pread, "archive_per_read_s": arch},
         f"pread {us(pread)}, archive {us(arch)} per read",
-    )
+    )  # fmt: skip
 
 
 # -- workload 2: opening ----------------------------------------------------------------------
@@ -267,17 +239,15 @@ def counting_io() -> Iterator[dict[str, int]]:
     counts = {"pread": 0, "read": 0, "open": 0}
     originals = {name: getattr(os, name) for name in counts}
 
-    def wrap(name: str) -> Callable[..., Any]:
-        original = originals[name]
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
+    def counted(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
             counts[name] += 1
-            return original(*args, **kwargs)
+            return originals[name](*args, **kwargs)
 
-        return counted
+        return call
 
     for name in counts:
-        setattr(os, name, wrap(name))
+        setattr(os, name, counted(name))
     try:
         yield counts
     finally:
@@ -285,88 +255,59 @@ def counting_io() -> Iterator[dict[str, int]]:
             setattr(os, name, original)
 
 
-def bench_open(path: Path, keys: list[str], config: Config, rng: random.Random) -> list[Row]:
+def bench_open(run: bench.Run[Config]) -> list[Row]:
+    path, keys = small_archive(run)
     warm_page_cache(path)
     data = index_bytes(path)
-    with IndexedTarArchive(path) as archive:
-        key = rng.choice(outside_tail(archive, keys, path))
-        total = len(archive)
     size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with IndexedTarArchive(path) as archive:
+        key = run.rng.choice(before_tail(archive.records, keys, size))
+        total = len(archive)
 
-        def decode() -> None:
-            cbor2.loads(lzma.decompress(data))
-
-        def tail_pread() -> None:
-            os.pread(fd, min(size, TAIL_READ_SIZE), max(0, size - TAIL_READ_SIZE))
-
-        def open_close() -> None:
-            clear_caches()  # the first open of the archive in this process
-            IndexedTarArchive(path).close()
-
-        def open_read() -> None:
+    def open_read(read: bool = False, first: bool = True) -> None:
+        if first:  # the first open of the archive in this process (else its index is cached)
             clear_caches()
-            with IndexedTarArchive(path) as archive:
+        with IndexedTarArchive(path) as archive:
+            if read:
                 archive[key]
 
-        def reopen() -> None:  # the index is in the process-wide cache
-            IndexedTarArchive(path).close()
-
-        times = median_times(
-            {
-                "decode": decode,
-                "tail_pread": tail_pread,
-                "open": open_close,
-                "open_read": open_read,
-                "reopen": reopen,
-            },
-            config.open_repeats,
-        )
-    finally:
-        os.close(fd)
+    with path.open("rb", buffering=0) as file:
+        functions = {
+            "decode": lambda: cbor2.loads(lzma.decompress(data)),
+            "tail_pread": lambda: os.pread(file.fileno(), min(size, TAIL_READ_SIZE), max(0, size - TAIL_READ_SIZE)),
+            "open": open_read,
+            "open_read": lambda: open_read(read=True),
+            "reopen": lambda: open_read(first=False),
+        }
+        times = median_times(functions, run.config.open_repeats)
     with counting_io() as counts:
         IndexedTarArchive(path).close()
     calls = f"{counts['pread']} pread, {counts['read']} read, {counts['open']} open"
-    decode_s = times["decode"]
-    raw = {name: value for name, value in times.items()}
-    raw.update({f"io_{name}": float(value) for name, value in counts.items()})
+    decode = times["decode"]
+    raw = dict(times) | {f"io_{name}": float(value) for name, value in counts.items()}
     return [
         Row(
-            "2 open",
-            f"open {total}-record archive vs decoding its index ({len(data) / 1e3:.0f} kB xz)",
-            times["open"] / decode_s,
-            "time open/decode",
-            "(close to 1x)",
-            None,
-            raw,
-            f"decode {ms(decode_s)}, 1 MiB tail pread {ms(times['tail_pread'])}, open {ms(times['open'])}; "
+            "2 open", f"open {total}-record archive vs decoding its index ({len(data) / 1e3:.0f} kB xz)",
+            times["open"] / decode, "time open/decode", "(close to 1x)", None, raw,
+            f"decode {ms(decode)}, 1 MiB tail pread {ms(times['tail_pread'])}, open {ms(times['open'])}; "
             f"I/O calls of one open: {calls}",
         ),
-        Row(
-            "2 open",
-            "open + one record read vs decoding the index",
-            times["open_read"] / decode_s,
-            "time open+read/decode",
-            "",
-            None,
-            {},
-            f"open + read {ms(times['open_read'])}",
-        ),
-        Row(
-            "2 open",
-            "reopen (index from the process-wide cache) vs decoding the index",
-            times["reopen"] / decode_s,
-            "time reopen/decode",
-            "",
-            None,
-            {},
-            f"reopen {ms(times['reopen'])}",
-        ),
-    ]
+        Row("2 open", "open + one record read vs decoding the index", times["open_read"] / decode,
+            "time open+read/decode", "", None, {}, f"open + read {ms(times['open_read'])}"),
+        Row("2 open", "reopen (index from the process-wide cache) vs decoding the index", times["reopen"] / decode,
+            "time reopen/decode", "", None, {}, f"reopen {ms(times['reopen'])}"),
+    ]  # fmt: skip
 
 
 # -- workload 3: remote -------------------------------------------------------------------------
+
+
+class RequestLog(Protocol):
+    """A test server's request log (``tests.support.servers``: the HTTP server, the proxy)."""
+
+    def clear_requests(self) -> None: ...
+
+    def requests(self) -> list[dict[str, Any]]: ...
 
 
 def range_bytes(record: dict[str, Any], file_size: int) -> int:
@@ -383,68 +324,55 @@ def range_bytes(record: dict[str, Any], file_size: int) -> int:
     return max(0, end - int(first) + 1)
 
 
-def describe_requests(records: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{r['method']} {r.get('range') or '(no range)'}" for r in records)
+def describe_requests(log: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{r['method']} {r.get('range') or '(no range)'}" for r in log)
 
 
-class RequestLog(Protocol):
-    """A test server's request log (``tests.support.servers``: the HTTP server, the proxy)."""
-
-    def clear_requests(self) -> None: ...
-
-    def requests(self) -> list[dict[str, Any]]: ...
-
-
-def remote_records(path: Path, keys: Sequence[str]) -> tuple[dict[str, Record], list[str]]:
-    """The records of ``keys`` in the archive at ``path``, and those of the keys whose records
-    lie before the tail read (all keys if none does): reading one of them takes a request."""
+def remote_archive(run: bench.Run[Config], count: int) -> tuple[Path, list[str], dict[str, Record], list[str]]:
+    """An archive of ``count`` ~1 MB records to serve: its path, its keys, their records and
+    the keys before the tail read (reading one of them takes a request)."""
+    path = run.tmp / "frames.itar"
+    keys = write_big_archive(path, run.config, count, run.rng)
     with IndexedTarArchive(path) as local:
         records = {key: local.records[key] for key in keys}
-    tail_start = path.stat().st_size - TAIL_READ_SIZE
-    return records, [key for key in keys if sum(records[key]) <= tail_start] or list(keys)
+    return path, keys, records, before_tail(records, keys, path.stat().st_size)
+
+
+def open_and_read(open_archive: Callable[[], IndexedTarArchive], log: RequestLog, key: str) -> Trial:
+    """Opens a remote archive and reads one record: wall time and requests."""
+    log.clear_requests()
+    start = time.perf_counter()
+    with open_archive() as archive:
+        archive[key]
+    return time.perf_counter() - start, log.requests()
 
 
 def open_first_read_row(
-    measure: str,
-    wall: float,
-    log: list[dict[str, Any]],
-    file_size: int,
-    record: Record,
-    latency: float,
-    raw: dict[str, float] | None = None,
-    detail: str = "",
-) -> Row:
+    measure: str, trials: Sequence[Trial], file_size: int, record: Record, latency: float,
+    raw: dict[str, float] | None = None, detail: str = "",
+) -> Row:  # fmt: skip
     """The row of opening a remote archive and reading its first record (target: 2 round
-    trips); ``raw`` and ``detail`` add to the row's own."""
+    trips; the requests of the last trial); ``raw`` and ``detail`` add to the row's own."""
+    wall, log = statistics.median(t for t, _ in trials), trials[-1][1]
     moved = sum(range_bytes(r, file_size) for r in log)
     return Row(
-        "3 remote 20 ms",
-        measure,
-        wall / latency,
-        "wall in round trips",
-        "<= 2 RTT",
+        "3 remote 20 ms", measure, wall / latency, "wall in round trips", "<= 2 RTT",
         wall / latency <= 2.5 and len(log) <= 2,
         {"wall_s": wall, "requests": float(len(log)), "bytes_moved": float(moved)} | (raw or {}),
         f"{len(log)} requests [{describe_requests(log)}], {ms(wall)}, "
         f"moved {moved / MB:.2f} MB for a {record.size / MB:.2f} MB record{detail}",
-    )
+    )  # fmt: skip
 
 
 def one_record_row(
-    measure: str,
-    open_archive: Callable[[], IndexedTarArchive],
-    server: RequestLog,
-    candidates: Sequence[str],
-    records: Mapping[str, Record],
-    file_size: int,
-    config: Config,
-    rng: random.Random,
-) -> Row:
+    measure: str, open_archive: Callable[[], IndexedTarArchive], server: RequestLog, keys: Sequence[str],
+    records: Mapping[str, Record], file_size: int, config: Config, rng: random.Random,
+) -> Row:  # fmt: skip
     """One random record read from a freshly opened remote archive, a few times: the bytes
     moved for the bytes wanted (target ~1, in one request)."""
     samples: list[tuple[float, int, float, str]] = []
     for _ in range(max(3, config.remote_repeats * 2)):
-        key = rng.choice(candidates)
+        key = rng.choice(keys)
         with open_archive() as archive:
             server.clear_requests()
             start = time.perf_counter()
@@ -453,138 +381,104 @@ def one_record_row(
             log = server.requests()
         moved = sum(range_bytes(r, file_size) for r in log)
         samples.append((elapsed, len(log), moved / records[key].size, describe_requests(log)))
-    wall = statistics.median(s[0] for s in samples)
-    requests = statistics.median(s[1] for s in samples)
-    ratio = statistics.median(s[2] for s in samples)
+    wall, requests, ratio = (statistics.median(column) for column in list(zip(*samples, strict=True))[:3])
     return Row(
-        "3 remote 20 ms",
-        measure,
-        ratio,
-        "bytes moved/wanted",
-        "~1x, 1 request",
-        ratio <= 1.25 and requests <= 1,
+        "3 remote 20 ms", measure, ratio, "bytes moved/wanted", "~1x, 1 request", ratio <= 1.25 and requests <= 1,
         {"wall_s": wall, "requests": float(requests), "moved_per_wanted": ratio},
         f"{requests:g} request(s) [{samples[-1][3]}], {wall / config.latency:.1f} RTT ({ms(wall)})",
-    )
+    )  # fmt: skip
 
 
-def bench_remote(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
+def bench_remote(run: bench.Run[Config]) -> list[Row]:
     servers = bench.import_servers()
-    directory = tmp / "remote"
-    directory.mkdir()
-    path = directory / "frames.itar"
-    keys = write_big_archive(path, config, config.remote_records, rng)
+    config = run.config
+    path, keys, records, outside = remote_archive(run, config.remote_records)
     file_size = path.stat().st_size
-    latency = config.latency
-    rows: list[Row] = []
-    records, outside = remote_records(path, keys)
-    with servers.start_http(directory, latency=latency) as server:
+    with servers.start_http(path.parent, latency=config.latency) as server:
         url = f"{server.endpoint}/{path.name}"
 
-        # (a) open + first record read on the default (buffered) path
-        trials: list[tuple[float, list[dict[str, Any]]]] = []
-        for _ in range(max(2, config.remote_repeats)):
-            server.clear_requests()
-            start = time.perf_counter()
-            with IndexedTarArchive(UPath(url)) as archive:
-                archive[keys[0]]
-            elapsed = time.perf_counter() - start
-            trials.append((elapsed, server.requests()))
-        trials = trials[1:]  # the first one also creates the HTTP session
-        wall = statistics.median(t for t, _ in trials)
+        def open_archive() -> IndexedTarArchive:
+            return IndexedTarArchive(UPath(url))
+
+        # (a) open + first record read on the default (buffered) path; the first trial also
+        # creates the HTTP session
+        trials = [open_and_read(open_archive, server, keys[0]) for _ in range(max(2, config.remote_repeats))]
         measure = "(a) open + first record read (buffered)"
-        rows.append(open_first_read_row(measure, wall, trials[-1][1], file_size, records[keys[0]], latency))
-
+        rows = [open_first_read_row(measure, trials[1:], file_size, records[keys[0]], config.latency)]
         # (b) gathered read_async, (c) the same reads one at a time
-        chosen = [rng.choice(outside) for _ in range(config.remote_reads)]  # none served from the tail
-        wanted = sum(records[key].size for key in chosen)
-
-        async def run_reads(gathered: bool) -> tuple[float, list[dict[str, Any]]]:
-            archive = await IndexedTarArchive.open_async(UPath(url))
-            try:
-                server.clear_requests()
-                start = time.perf_counter()
-                if gathered:
-                    results = await asyncio.gather(*(archive.read_async(key) for key in chosen))
-                else:
-                    results = [await archive.read_async(key) for key in chosen]
-                elapsed = time.perf_counter() - start
-                assert sum(map(len, results)) == wanted
-                return elapsed, server.requests()
-            finally:
-                archive.close()
-
-        remote = UPath(url)
-        filesystem, remote_path = remote.fs, remote.path
-
-        def fsspec_gather() -> float:
-            """The limit: the same ranges gathered with fsspec alone, on its own loop."""
-
-            async def gather() -> list[bytes]:
-                return list(
-                    await asyncio.gather(
-                        *(
-                            filesystem._cat_file(remote_path, start=records[key].offset, end=sum(records[key]))
-                            for key in chosen
-                        )
-                    )
-                )
-
-            start = time.perf_counter()
-            results = fsspec.asyn.sync(filesystem.loop, gather)
-            elapsed = time.perf_counter() - start
-            assert sum(map(len, results)) == wanted
-            return elapsed
-
-        asyncio.run(run_reads(True))  # warm-up (session, loop)
-        fsspec_gather()
-        runs: list[tuple[float, list[dict[str, Any]]]] = []
-        limits: list[float] = []
-        for _ in range(config.remote_repeats):  # side by side
-            runs.append(asyncio.run(run_reads(True)))
-            server.clear_requests()
-            limits.append(fsspec_gather())
-        for gathered in (True, False):
-            if not gathered:
-                runs = [asyncio.run(run_reads(False)) for _ in range(max(1, config.remote_repeats - 1))]
-            wall = statistics.median(t for t, _ in runs)
-            log = runs[-1][1]
-            peak = servers.max_in_flight(log)
-            moved = sum(range_bytes(r, file_size) for r in log)
-            label = "(b) gathered" if gathered else "(c) sequential"
-            limit = statistics.median(limits)
-            rows.append(
-                Row(
-                    "3 remote 20 ms",
-                    f"{label} read_async of {len(chosen)} ~1 MB records",
-                    wall / latency,
-                    "wall in round trips",
-                    "<= 3 RTT" if gathered else "(contrast)",
-                    wall / latency <= 3 if gathered else None,
-                    {"wall_s": wall, "requests": float(len(log)), "max_in_flight": float(peak)}
-                    | ({"fsspec_gather_s": limit} if gathered else {}),
-                    f"{ms(wall)}, {len(log)} requests, max {peak} in flight, "
-                    f"moved {moved / MB:.1f} MB for {wanted / MB:.1f} MB wanted"
-                    + (
-                        f"; same ranges gathered with bare fsspec: {ms(limit)} = {limit / latency:.2f} RTT "
-                        f"(ours/fsspec {wall / limit:.2f}x)"
-                        if gathered
-                        else ""
-                    ),
-                )
-            )
-
+        chosen = [run.rng.choice(outside) for _ in range(config.remote_reads)]  # none served from the tail
+        rows += read_async_rows(url, server, [records[key] for key in chosen], chosen, file_size, config)
         # (d) one random 1 MB record on the default buffered path (fresh archive each time)
         measure = "(d) one random ~1 MB record, buffered path"
-        rows.append(
-            one_record_row(
-                measure, lambda: IndexedTarArchive(UPath(url)), server, outside, records, file_size, config, rng
-            )
-        )
+        rows.append(one_record_row(measure, open_archive, server, outside, records, file_size, config, run.rng))
     return rows
 
 
-def bench_s3(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
+def read_async_rows(
+    url: str, server: RequestLog, ranges: list[Record], keys: list[str], file_size: int, config: Config
+) -> list[Row]:
+    """(b) the records of ``keys`` read with ``read_async`` all at once, side by side with bare
+    fsspec gathering the same ranges; (c) the same reads one at a time."""
+    wanted = sum(size for _, size in ranges)
+    remote = UPath(url)
+
+    async def read_all(gathered: bool) -> Trial:
+        archive = await IndexedTarArchive.open_async(UPath(url))
+        try:
+            server.clear_requests()
+            start = time.perf_counter()
+            if gathered:
+                results = await asyncio.gather(*(archive.read_async(key) for key in keys))
+            else:
+                results = [await archive.read_async(key) for key in keys]
+            elapsed = time.perf_counter() - start
+            assert sum(map(len, results)) == wanted
+            return elapsed, server.requests()
+        finally:
+            archive.close()
+
+    def bare_gather() -> float:
+        start = time.perf_counter()
+        results = bench.fsspec_gather(remote.fs, remote.path, ranges)
+        elapsed = time.perf_counter() - start
+        assert sum(map(len, results)) == wanted
+        return elapsed
+
+    asyncio.run(read_all(True))  # warm-up (session, loop)
+    bare_gather()
+    gathered: list[Trial] = []
+    limits: list[float] = []
+    for _ in range(config.remote_repeats):  # side by side
+        gathered.append(asyncio.run(read_all(True)))
+        server.clear_requests()
+        limits.append(bare_gather())
+    sequential = [asyncio.run(read_all(False)) for _ in range(max(1, config.remote_repeats - 1))]
+    limit, latency = statistics.median(limits), config.latency
+    rows = []
+    for trials in (gathered, sequential):
+        wall, log = statistics.median(t for t, _ in trials), trials[-1][1]
+        peak = bench.import_servers().max_in_flight(log)
+        moved = sum(range_bytes(r, file_size) for r in log)
+        raw = {"wall_s": wall, "requests": float(len(log)), "max_in_flight": float(peak)}
+        detail = (
+            f"{ms(wall)}, {len(log)} requests, max {peak} in flight, "
+            f"moved {moved / MB:.1f} MB for {wanted / MB:.1f} MB wanted"
+        )
+        measure = f"read_async of {len(keys)} ~1 MB records"
+        if trials is gathered:
+            detail += (
+                f"; same ranges gathered with bare fsspec: {ms(limit)} = {limit / latency:.2f} RTT "
+                f"(ours/fsspec {wall / limit:.2f}x)"
+            )
+            rows.append(Row("3 remote 20 ms", f"(b) gathered {measure}", wall / latency, "wall in round trips",
+                            "<= 3 RTT", wall / latency <= 3, raw | {"fsspec_gather_s": limit}, detail))  # fmt: skip
+        else:
+            rows.append(Row("3 remote 20 ms", f"(c) sequential {measure}", wall / latency, "wall in round trips",
+                            "(contrast)", None, raw, detail))  # fmt: skip
+    return rows
+
+
+def bench_s3(run: bench.Run[Config]) -> list[Row]:
     """Open + first read and one random record on the default buffered path of an archive
     on S3 (moto behind a proxy adding the latency): s3fs' own read-ahead defaults are what
     the archive must override."""
@@ -593,238 +487,153 @@ def bench_s3(tmp: Path, config: Config, rng: random.Random) -> list[Row]:
         import s3fs
     except ImportError:
         return [Row("3 remote 20 ms", "S3 (moto): skipped, s3fs is not installed", None, "", "", None)]
-    path = tmp / "s3-frames.itar"
-    count = max(8, config.remote_records // 5)
-    keys = write_big_archive(path, config, count, rng)
+    config = run.config
+    path, keys, records, outside = remote_archive(run, max(8, config.remote_records // 5))
     file_size = path.stat().st_size
-    latency = config.latency
-    records, outside = remote_records(path, keys)
-    rows: list[Row] = []
-    with servers.start_moto() as moto, servers.start_proxy(moto.endpoint, latency=latency) as proxy:
+    with servers.start_moto() as moto, servers.start_proxy(moto.endpoint, latency=config.latency) as proxy:
         direct = s3fs.S3FileSystem(**servers.s3_storage_options(moto.endpoint))
         direct.call_s3("create_bucket", Bucket="bench")
         direct.put_file(str(path), "bench/frames.itar")
         options = servers.s3_storage_options(proxy.endpoint)
         url = "s3://bench/frames.itar"
-        with IndexedTarArchive(UPath(url, **options)) as archive:  # warm-up: client creation
+
+        def open_archive() -> IndexedTarArchive:
+            return IndexedTarArchive(UPath(url, **options))
+
+        with open_archive() as archive:  # warm-up: client creation
             archive[keys[0]]
         s3 = UPath(url, **options)
         first = records[keys[0]]
-        trials: list[tuple[float, list[dict[str, Any]]]] = []
+        trials: list[Trial] = []
         bare: list[float] = []
         for _ in range(max(2, config.remote_repeats)):
-            proxy.clear_requests()
-            start = time.perf_counter()
-            with IndexedTarArchive(UPath(url, **options)) as archive:
-                archive[keys[0]]
-            trials.append((time.perf_counter() - start, proxy.requests()))
+            trials.append(open_and_read(open_archive, proxy, keys[0]))
             start = time.perf_counter()  # the limit: the same two requests with bare s3fs
             s3.fs.cat_file(s3.path, start=-TAIL_READ_SIZE)
             s3.fs.cat_file(s3.path, start=first.offset, end=sum(first))
             bare.append(time.perf_counter() - start)
-        wall = statistics.median(t for t, _ in trials)
         bare_wall = statistics.median(bare)
-        rows.append(
-            open_first_read_row(
-                "S3 (moto): open + first record read (buffered)",
-                wall,
-                trials[-1][1],
-                file_size,
-                first,
-                latency,
-                {"bare_s3fs_s": bare_wall},
-                "; the same 2 requests with bare s3fs: "
-                f"{ms(bare_wall)} = {bare_wall / latency:.1f} RTT (moto's own service time)",
-            )
+        detail = (
+            f"; the same 2 requests with bare s3fs: {ms(bare_wall)} = {bare_wall / config.latency:.1f} RTT "
+            "(moto's own service time)"
         )
+        measure = "S3 (moto): open + first record read (buffered)"
+        raw = {"bare_s3fs_s": bare_wall}
+        rows = [open_first_read_row(measure, trials, file_size, first, config.latency, raw, detail)]
         measure = "S3 (moto): one random ~1 MB record, buffered path"
-        rows.append(
-            one_record_row(
-                measure,
-                lambda: IndexedTarArchive(UPath(url, **options)),
-                proxy,
-                outside,
-                records,
-                file_size,
-                config,
-                rng,
-            )
-        )
+        rows.append(one_record_row(measure, open_archive, proxy, outside, records, file_size, config, run.rng))
     return rows
 
 
 # -- workload 4: store opening ------------------------------------------------------------------
 
 
-def hierarchy_arrays(config: Config) -> dict[str, np.ndarray[Any, np.dtype[np.float32]]]:
+def write_hierarchies(tmp: Path, config: Config) -> tuple[dict[str, np.ndarray[Any, Any]], str]:
+    """The same hierarchy of arrays in an archive (``hierarchy.itar``), in a zarr-python
+    ``LocalStore`` directory (``hierarchy.zarr``) and in a stored zip of that directory, as
+    zarr-python's docs suggest for building a ``ZipStore`` (writing one through zarr-python
+    rewrites keys, which leaves duplicate zip entries); the arrays and how long writing took."""
     size = config.chunks_per_array * config.chunk_elements
-    return {f"a{index:03d}": np.arange(size, dtype=np.float32) + index for index in range(config.arrays)}
-
-
-def write_ours(path: Path, arrays: dict[str, np.ndarray[Any, Any]], config: Config) -> None:
-    with IndexedTarZarrStore(path, "w") as store:
-        root = store.create_root_group({"bench": "store opening"})
-        for name, data in arrays.items():
-            root.create_array(name, data, chunks=(config.chunk_elements,), compression=None)
-        store.consolidate()
-
-
-def write_zarr(store: ZarrStore, arrays: dict[str, np.ndarray[Any, Any]], config: Config) -> None:
-    root = zarr.open_group(store=store, mode="w", zarr_format=2, attributes={"bench": "store opening"})
-    for name, data in arrays.items():
-        array = root.create_array(
-            name, shape=data.shape, dtype=data.dtype, chunks=(config.chunk_elements,), compressors=None, fill_value=0
-        )
-        array[:] = data
-    zarr.consolidate_metadata(store)
-
-
-def zip_directory(directory: Path, zip_path: Path) -> None:
-    """A zip (stored, uncompressed) of a directory's files, as zarr-python's docs suggest for
-    building a ``ZipStore`` (writing one through zarr-python rewrites keys, which leaves
-    duplicate zip entries)."""
-    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_STORED) as archive:
-        for file in sorted(directory.rglob("*")):
-            if file.is_file():
-                archive.write(file, file.relative_to(directory).as_posix())
-
-
-def bench_store_open(tmp: Path, config: Config) -> list[Row]:
-    arrays = hierarchy_arrays(config)
-    names = list(arrays)
-    target = names[len(names) // 2]
-    expected = arrays[target]
-    ours = tmp / "hierarchy.itar"
-    zip_path = tmp / "hierarchy.zip"
-    directory = tmp / "hierarchy.zarr"
+    arrays = {f"a{index:03d}": np.arange(size, dtype=np.float32) + index for index in range(config.arrays)}
+    attributes: dict[str, Any] = {"bench": "store opening"}
+    chunks = (config.chunk_elements,)
     start = time.perf_counter()
-    write_ours(ours, arrays, config)
+    with IndexedTarZarrStore(tmp / "hierarchy.itar", "w") as store:
+        root = store.create_root_group(attributes)
+        for name, data in arrays.items():
+            root.create_array(name, data, chunks=chunks, compression=None)
+        store.consolidate()
     written_ours = time.perf_counter() - start
     start = time.perf_counter()
-    write_zarr(zarr.storage.LocalStore(directory), arrays, config)
+    directory = zarr.storage.LocalStore(tmp / "hierarchy.zarr")
+    group = zarr.open_group(store=directory, mode="w", zarr_format=2, attributes=attributes)
+    for name, data in arrays.items():
+        array = group.create_array(
+            name, shape=data.shape, dtype=data.dtype, chunks=chunks, compressors=None, fill_value=0
+        )
+        array[:] = data
+    zarr.consolidate_metadata(directory)
     written_dir = time.perf_counter() - start
-    zip_directory(directory, zip_path)
-    for path in (ours, zip_path):
-        warm_page_cache(path)
-    with IndexedTarArchive(ours) as archive:
+    with zipfile.ZipFile(tmp / "hierarchy.zip", "w", compression=zipfile.ZIP_STORED) as archive:
+        for file in sorted((tmp / "hierarchy.zarr").rglob("*")):
+            if file.is_file():
+                archive.write(file, file.relative_to(tmp / "hierarchy.zarr").as_posix())
+    return arrays, f"written in {written_ours:.1f} s, the zarr LocalStore copy in {written_dir:.1f} s"
+
+
+def bench_store(run: bench.Run[Config]) -> list[Row]:
+    tmp, config = run.tmp, run.config
+    arrays, written = write_hierarchies(tmp, config)
+    target = list(arrays)[len(arrays) // 2]
+    warm_page_cache(tmp / "hierarchy.itar", tmp / "hierarchy.zip")
+    with IndexedTarArchive(tmp / "hierarchy.itar") as archive:
         records = len(archive)
 
-    def ours_run(consolidated: bool, read: bool, cold: bool = False) -> Callable[[], object]:
+    def ours(consolidated: bool, read: bool, first_open: bool = False) -> Callable[[], object]:
         def run() -> object:
-            if cold:  # as the first open of the archive in this process
+            if first_open:  # as the first open of the archive in this process
                 clear_caches()
-            store = IndexedTarZarrStore(ours)
-            try:
+            with IndexedTarZarrStore(tmp / "hierarchy.itar") as store:
                 array = store.open_root_group(consolidated=consolidated).array(target)
                 return array.read() if read else array
-            finally:
-                store.close()
 
         return run
 
-    def zarr_run(make_store: Callable[[], Any], consolidated: bool, read: bool) -> Callable[[], object]:
+    def theirs(store: Callable[[], Any], consolidated: bool, read: bool) -> Callable[[], object]:
         def run() -> object:
-            store = make_store()
-            try:
-                array = zarr.open_group(store=store, mode="r", use_consolidated=consolidated)[target]
+            with store() as opened:
+                array = zarr.open_group(store=opened, mode="r", use_consolidated=consolidated)[target]
                 assert isinstance(array, zarr.Array)
                 return array[:] if read else array
-            finally:
-                store.close()
 
         return run
 
     def zip_store() -> Any:
-        return zarr.storage.ZipStore(zip_path, mode="r")
+        return zarr.storage.ZipStore(tmp / "hierarchy.zip", mode="r")
 
     def local_store() -> Any:
-        return zarr.storage.LocalStore(directory, read_only=True)
+        return zarr.storage.LocalStore(tmp / "hierarchy.zarr", read_only=True)
 
     makers: dict[str, Callable[[bool], Callable[[], object]]] = {
-        "ours consolidated": lambda read: ours_run(True, read),
-        "ours consolidated, first open": lambda read: ours_run(True, read, cold=True),
-        "ours unconsolidated": lambda read: ours_run(False, read),
-        "zarr ZipStore consolidated": lambda read: zarr_run(zip_store, True, read),
-        "zarr ZipStore unconsolidated": lambda read: zarr_run(zip_store, False, read),
-        "zarr LocalStore consolidated": lambda read: zarr_run(local_store, True, read),
-        "zarr LocalStore unconsolidated": lambda read: zarr_run(local_store, False, read),
+        "ours consolidated": lambda read: ours(True, read),
+        "ours consolidated, first open": lambda read: ours(True, read, first_open=True),
+        "ours unconsolidated": lambda read: ours(False, read),
+        "zarr ZipStore consolidated": lambda read: theirs(zip_store, True, read),
+        "zarr ZipStore unconsolidated": lambda read: theirs(zip_store, False, read),
+        "zarr LocalStore consolidated": lambda read: theirs(local_store, True, read),
+        "zarr LocalStore unconsolidated": lambda read: theirs(local_store, False, read),
     }
     functions: dict[str, Callable[[], object]] = {}
     for name, make in makers.items():
-        functions[f"{name}|read"] = make(True)
-        functions[f"{name}|open"] = make(False)
-        values = functions[f"{name}|read"]()  # warm-up and check
-        assert np.array_equal(np.asarray(values), expected), name
+        functions[f"{name}|read"], functions[f"{name}|open"] = make(True), make(False)
+        bench.expect(np.array_equal(np.asarray(functions[f"{name}|read"]()), arrays[target]), name)  # and warm up
     times = median_times(functions, config.store_repeats)
-    base = times["ours consolidated|read"]
     rows: list[Row] = []
     for name in makers:
         seconds, opened = times[f"{name}|read"], times[f"{name}|open"]
         detail = f"{ms(seconds)} (open + root group + array node {ms(opened)})"
         if name == "ours consolidated":
-            detail += (
-                f"; {config.arrays} arrays, {records} records; written in {written_ours:.1f} s, "
-                f"the zarr LocalStore copy in {written_dir:.1f} s"
-            )
+            detail += f"; {config.arrays} arrays, {records} records; {written}"
+        ours_consolidated = name.startswith("ours consolidated")
         rows.append(
             Row(
-                "4 store open",
-                f"{name}: first read of a {config.chunks_per_array}-chunk array",
-                seconds / base,
-                "time vs ours consolidated",
-                "<= 3 ms" if name.startswith("ours consolidated") else "",
-                seconds <= 0.003 if name.startswith("ours consolidated") else None,
-                {"time_s": seconds, "open_s": opened},
-                detail,
+                "4 store open", f"{name}: first read of a {config.chunks_per_array}-chunk array",
+                seconds / times["ours consolidated|read"], "time vs ours consolidated",
+                "<= 3 ms" if ours_consolidated else "", seconds <= 0.003 if ours_consolidated else None,
+                {"time_s": seconds, "open_s": opened}, detail,
             )
-        )
+        )  # fmt: skip
     return rows
 
 
-# -- driver ---------------------------------------------------------------------------------------
-
-
-WORKLOADS = ("reads", "open", "remote", "s3", "store")
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = bench.bench_parser(__doc__, "small, fast run (smoke test, a few seconds)")
-    bench.add_run_arguments(parser, "random seed (record sizes and read order)", WORKLOADS)
-    return parser.parse_args(argv)
+WORKLOADS = {"reads": bench_reads, "open": bench_open, "remote": bench_remote, "s3": bench_s3, "store": bench_store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    config = quick_config(args.seed) if args.quick else Config(seed=args.seed)
-    only = set(args.only or WORKLOADS)
-    rng = random.Random(config.seed)
-    rows: list[Row] = []
-    started = time.perf_counter()
-    with bench.temporary_directory("bench-archive-", args.tmpdir) as tmp:
-        small_path = tmp / "small.itar"
-        small_keys: list[str] = []
-        if only & {"reads", "open"}:
-            small_keys = write_small_archive(small_path, config, rng)
-        if "reads" in only:
-            big_rows, big_path = bench_random_reads(tmp, config, rng)
-            rows += big_rows
-            big_path.unlink()  # free the page cache and disk early
-            rows.append(bench_small_reads(small_path, small_keys, config, rng))
-        if "open" in only:
-            rows += bench_open(small_path, small_keys, config, rng)
-        if "remote" in only:
-            rows += bench_remote(tmp, config, rng)
-        if "s3" in only:
-            rows += bench_s3(tmp, config, rng)
-        if "store" in only:
-            rows += bench_store_open(tmp, config)
-    elapsed = time.perf_counter() - started
-    run = bench.versions()
-    print(bench.banner("bench_archive", run, quick=args.quick, elapsed=elapsed))
-    print(bench.format_table(rows))
-    if args.json is not None:
-        bench.write_json(args.json, config, quick=args.quick, elapsed=elapsed, versions=run, rows=rows)
-    return 0
+    return bench.run_benchmark(
+        "bench_archive", __doc__, WORKLOADS, configure, argv=argv,
+        quick_help="small, fast run (smoke test, a few seconds)", seed_help="random seed (record sizes and read order)",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

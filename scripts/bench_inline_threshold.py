@@ -2,13 +2,14 @@
 
 Reads a 4-chunk float32 array (blosc lz4) into ``out=`` with two backends side by side:
 one that always decodes on the calling thread, one that always uses the shared worker
-pool; for chunk sizes from 1 KiB to 4 MiB. ``ncore_like.backend._backend.INLINE_BYTES`` is
-set from where the pool starts to win. Run: ``.venv/bin/python scripts/bench_inline_threshold.py``.
+pool; for chunk sizes from 1 KiB to 4 MiB. ``ncore_like._defaults.INLINE_BYTES`` is set
+from where the pool starts to win. Run: ``.venv/bin/python scripts/bench_inline_threshold.py``.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +18,9 @@ import numpy as np
 
 from ncore_like import Array, IndexedTarZarrStore
 from ncore_like.backend import Backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
+from _benchlib import chunk_key
 
 
 def median_read_us(array: Array, out: np.ndarray, repeats: int = 200) -> float:
@@ -40,14 +44,15 @@ def main() -> None:
             with IndexedTarZarrStore(path, "w") as store:
                 store.create_root_group({}).create_array("x", data, chunks=(1, side, side))
                 store.consolidate()
-            zarray = IndexedTarZarrStore(path).open_root_group().array("x").zarr
+            store = IndexedTarZarrStore(path)
+            zarray = store.open_root_group().array("x").zarr
             inline = Array(zarray, Backend(inline_bytes=1 << 40))
             pool = Array(zarray, Backend(inline_bytes=0))
             out = np.empty_like(data)
             median_read_us(inline, out, 20), median_read_us(pool, out, 20)  # warm up
             inline_us, pool_us = median_read_us(inline, out), median_read_us(pool, out)
-            records = zarray.store.archive.records
-            stored = sum(records[f"x/{i}.0.0"].size for i in range(4))
+            records = store.archive.records
+            stored = sum(records[chunk_key(inline, (i, 0, 0))].size for i in range(4))
             print(
                 f"{side * side * 4 / 1024:9.0f}  {stored / 1024:10.0f}  {inline_us:9.0f}  {pool_us:7.0f}"
                 f"  {pool_us / inline_us:11.2f}"

@@ -61,22 +61,18 @@ from ncore_like import BloscCompression, EncodedArray, IndexedTarArchive, Indexe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
 import _benchlib as bench
-from _benchlib import MB, gbs, median_times, ms
+from _benchlib import MB, Row, chunk_key, gbs, median_times, ms
 
 KIB = 1024
 COMPRESSION = BloscCompression(cname="lz4", clevel=5, shuffle="bitshuffle", blocksize=0)
-BITSHUFFLE = 2
 
 Volume = np.ndarray[Any, np.dtype[np.float32]]
 NOTES: list[str] = []  # warnings printed below the table (e.g. a busy machine)
 
 
-# -- configuration and results ------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Config:
-    """Sizes of the workloads (defaults: the full run; :func:`quick_config`: the smoke run)."""
+    """Sizes of the workloads (defaults: the full run; :func:`configure` ``--quick``: the smoke run)."""
 
     blobs: int = 300
     blob_size: int = 1_000_000
@@ -90,28 +86,13 @@ class Config:
     seed: int = 0
 
 
-def quick_config(seed: int) -> Config:
-    """A small configuration that runs in a few seconds."""
+def configure(args: argparse.Namespace) -> Config:
+    """The full run, or with ``--quick`` a small configuration that runs in a few seconds."""
+    if not args.quick:
+        return Config(seed=args.seed)
     return Config(
-        blobs=60, write_repeats=3, volume_shape=(16, 1024, 1024), encode_repeats=3, store_repeats=3, seed=seed
+        blobs=60, write_repeats=3, volume_shape=(16, 1024, 1024), encode_repeats=3, store_repeats=3, seed=args.seed
     )
-
-
-@dataclass
-class Row(bench.Row):
-    """One line of the result table, with the ratio of the fastest runs too."""
-
-    best_ratio: float | None = None
-    """The same ratio of the fastest runs (interference from other processes only adds
-    time, so this is what each side can do on this machine)."""
-
-    def cells(self) -> tuple[str, ...]:
-        workload, measure, ratio, *rest = super().cells()
-        return (workload, measure, ratio, bench.ratio_text(self.best_ratio), *rest)
-
-
-#: The table's columns: the usual ones with "best" after "ratio".
-HEADER = (*bench.TABLE_HEADER[:3], "best", *bench.TABLE_HEADER[3:])
 
 
 def _ms(seconds: float) -> str:
@@ -120,40 +101,19 @@ def _ms(seconds: float) -> str:
 
 
 def ratio_row(
-    workload: str,
-    measure: str,
-    times: bench.Timings,
-    ours: str,
-    reference: str,
-    label: str,
-    minimum: float | None,
-    detail: str,
-    *,
-    speedup: bool = False,
-) -> Row:
-    """A row of ``times[reference] / times[ours]`` (a throughput ratio: higher is better)."""
+    workload: str, measure: str, times: bench.Timings, ours: str, reference: str, label: str,
+    minimum: float | None, detail: str,
+) -> Row:  # fmt: skip
+    """A row of ``times[reference] / times[ours]`` (a throughput ratio: higher is better),
+    with the same ratio of the fastest runs as its best ratio."""
     ratio = times[reference] / times[ours]
     return Row(
-        workload,
-        measure,
-        ratio,
-        label,
-        "info" if minimum is None else f">= {minimum:.2f}x",
+        workload, measure, ratio, label, "info" if minimum is None else f">= {minimum:.2f}x",
         None if minimum is None else ratio >= minimum,
         {f"{name}_s": seconds for name, seconds in times.items() if name in (ours, reference)}
         | {f"{name}_min_s": times.minima[name] for name in (ours, reference)},
-        detail,
-        times.minima[reference] / times.minima[ours],
-    )
-
-
-# -- workload 1: blobs ----------------------------------------------------------------------
-
-
-def make_blobs(rng: np.random.Generator, count: int, mean: int, spread: float) -> list[bytes]:
-    """``count`` incompressible blobs of sizes uniform around ``mean``, each its own object."""
-    low, high = int(mean * (1 - spread)), int(mean * (1 + spread))
-    return [rng.bytes(int(size)) for size in rng.integers(low, high + 1, size=count)]
+        detail, times.minima[reference] / times.minima[ours],
+    )  # fmt: skip
 
 
 def write_raw(path: Path, buffers: Sequence[bytes]) -> None:
@@ -168,13 +128,6 @@ def write_raw(path: Path, buffers: Sequence[bytes]) -> None:
         os.close(fd)
 
 
-def write_archive(path: Path, keys: Sequence[str], blobs: Sequence[bytes]) -> None:
-    """The blobs as records of a new archive (close included)."""
-    with IndexedTarArchive(path, mode="w") as archive:
-        for key, blob in zip(keys, blobs, strict=True):
-            archive[key] = blob
-
-
 def unlink_all(*paths: Path) -> Callable[[], None]:
     def unlink() -> None:
         for path in paths:
@@ -183,44 +136,53 @@ def unlink_all(*paths: Path) -> Callable[[], None]:
     return unlink
 
 
-def bench_blobs(tmp: Path, config: Config, rng: np.random.Generator) -> list[Row]:
-    rows: list[Row] = []
+# -- workload 1: blobs ----------------------------------------------------------------------
+
+
+def make_blobs(rng: np.random.Generator, count: int, mean: int, spread: float) -> list[bytes]:
+    """``count`` incompressible blobs of sizes uniform around ``mean``, each its own object."""
+    low, high = int(mean * (1 - spread)), int(mean * (1 + spread))
+    return [rng.bytes(int(size)) for size in rng.integers(low, high + 1, size=count)]
+
+
+def write_archive(path: Path, keys: Sequence[str], blobs: Sequence[bytes]) -> None:
+    """The blobs as records of a new archive (close included)."""
+    with IndexedTarArchive(path, mode="w") as archive:
+        for key, blob in zip(keys, blobs, strict=True):
+            archive[key] = blob
+
+
+def bench_blobs(run: bench.Run[Config]) -> list[Row]:
+    config, rng = run.config, run.generator
     big = make_blobs(rng, config.blobs, config.blob_size, config.blob_spread)
-    total = sum(len(blob) for blob in big)
-    count = max(2, round(total / config.small_blob_size))
+    count = max(2, round(sum(map(len, big)) / config.small_blob_size))
     small = make_blobs(rng, count, config.small_blob_size, config.blob_spread)
+    return [
+        blob_row(run.tmp, f"~1 MB blobs ({len(big)})", big, config),
+        blob_row(run.tmp, f"~256 KiB blobs ({len(small)})", small, config),
+    ]
+
+
+def blob_row(tmp: Path, label: str, blobs: list[bytes], config: Config) -> Row:
     raw_path, archive_path = tmp / "raw.bin", tmp / "blobs.itar"
-    for label, blobs in ((f"~1 MB blobs ({len(big)})", big), (f"~256 KiB blobs ({len(small)})", small)):
-        keys = [f"frames/{index:06d}" for index in range(len(blobs))]
-        size = sum(len(blob) for blob in blobs)
-        write_archive(archive_path, keys, blobs)  # warm-up, and a check of what was written
-        with IndexedTarArchive(archive_path) as archive:
-            assert archive[keys[-1]] == blobs[-1]
-            overhead = archive_path.stat().st_size - size
-        archive_path.unlink()
-        times = median_times(
-            {
-                "raw": lambda blobs=blobs: write_raw(raw_path, blobs),  # type: ignore[misc]
-                "archive": lambda blobs=blobs, keys=keys: write_archive(archive_path, keys, blobs),  # type: ignore[misc]
-            },
-            config.write_repeats,
-            after=unlink_all(raw_path, archive_path),
-            isolate=True,
-        )
-        rows.append(
-            ratio_row(
-                "1 write blobs",
-                f"{label}, {size / MB:.0f} MB",
-                times,
-                "archive",
-                "raw",
-                "archive/raw write throughput",
-                0.8,
-                f"raw {_ms(times['raw'])} ({gbs(size, times['raw'])}), archive {_ms(times['archive'])} "
-                f"({gbs(size, times['archive'])}); archive file +{overhead / len(blobs):.0f} B/record",
-            )
-        )
-    return rows
+    keys = [f"frames/{index:06d}" for index in range(len(blobs))]
+    size = sum(map(len, blobs))
+    write_archive(archive_path, keys, blobs)  # warm-up, and a check of what was written
+    with IndexedTarArchive(archive_path) as archive:
+        assert archive[keys[-1]] == blobs[-1]
+        overhead = archive_path.stat().st_size - size
+    archive_path.unlink()
+    times = median_times(
+        {"raw": lambda: write_raw(raw_path, blobs), "archive": lambda: write_archive(archive_path, keys, blobs)},
+        config.write_repeats,
+        after=unlink_all(raw_path, archive_path),
+        isolate=True,
+    )
+    return ratio_row(
+        "1 write blobs", f"{label}, {size / MB:.0f} MB", times, "archive", "raw", "archive/raw write throughput", 0.8,
+        f"raw {_ms(times['raw'])} ({gbs(size, times['raw'])}), archive {_ms(times['archive'])} "
+        f"({gbs(size, times['archive'])}); archive file +{overhead / len(blobs):.0f} B/record",
+    )  # fmt: skip
 
 
 # -- workload 2: encoding -------------------------------------------------------------------
@@ -247,8 +209,14 @@ def chunk_views(volume: Volume, planes: int) -> list[Volume]:
 
 
 def blosc_limit(chunk: Volume) -> bytes:
-    """The Blosc encode limit of one chunk: numcodecs compressing it directly."""
-    return numcodecs.blosc.compress(chunk, b"lz4", 5, BITSHUFFLE, 0, chunk.dtype.itemsize)  # type: ignore[no-any-return]
+    """The Blosc encode limit of one chunk: numcodecs compressing it directly, with the
+    settings of :data:`COMPRESSION`."""
+    c = COMPRESSION
+    return numcodecs.blosc.compress(chunk, c.cname.encode(), c.clevel, c.shuffle_id, c.blocksize, chunk.dtype.itemsize)  # type: ignore[no-any-return]
+
+
+def volume_chunks(config: Config) -> tuple[int, ...]:
+    return (config.chunk_planes, *config.volume_shape[1:])
 
 
 def encode_whole(volume: Volume, chunks: tuple[int, ...]) -> EncodedArray:
@@ -259,29 +227,29 @@ def encode_single(chunk: Volume) -> EncodedArray:
     return EncodedArray.encode(chunk, chunks="single", compression=COMPRESSION)
 
 
-def bench_encode(config: Config, rng: np.random.Generator) -> tuple[list[Row], EncodedArray]:
-    volume = make_volume(config.volume_shape, rng)
-    chunks = (config.chunk_planes, *config.volume_shape[1:])
+def bench_encode(run: bench.Run[Config]) -> list[Row]:
+    config = run.config
+    volume = make_volume(config.volume_shape, run.generator)
+    chunks = volume_chunks(config)
     views = chunk_views(volume, config.chunk_planes)
     half = len(views) // 2 * config.chunk_planes
     slabs = [volume[:half], volume[half:]]
-    encoded = encode_whole(volume, chunks)
+    encoded = run.shared["encoded"] = encode_whole(volume, chunks)  # also stored by workload 3
     limit = [blosc_limit(view) for view in views]
     assert [encoded.chunk_records[(index, 0, 0)] for index in range(len(views))] == limit  # byte-identical
-    compressed = sum(len(record) for record in limit)
+    cpu: dict[str, list[float]] = {}
+
+    def timed_cpu(name: str, function: Callable[[], object]) -> Callable[[], object]:
+        def timed() -> object:  # process CPU time too: shows other processes taking the CPU
+            start = time.process_time()
+            result = function()
+            cpu.setdefault(name, []).append(time.process_time() - start)
+            return result
+
+        return timed
+
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(encode_single, views))  # warm both workers
-        cpu: dict[str, list[float]] = {}
-
-        def timed_cpu(name: str, function: Callable[[], object]) -> Callable[[], object]:
-            def run() -> object:  # process CPU time too: shows other processes taking the CPU
-                start = time.process_time()
-                result = function()
-                cpu.setdefault(name, []).append(time.process_time() - start)
-                return result
-
-            return run
-
         functions: dict[str, Callable[[], object]] = {
             "limit_1": lambda: [blosc_limit(view) for view in views],
             "encode_1": lambda: encode_whole(volume, chunks),
@@ -305,7 +273,7 @@ def bench_encode(config: Config, rng: np.random.Generator) -> tuple[list[Row], E
         )
 
     cores = cpu_median["limit_2"] / times["limit_2"]  # CPUs this process got while both threads ran
-    what = f"{nbytes / 2**20:.0f} MiB, {len(views)} chunks, lz4 ratio {nbytes / compressed:.2f}"
+    what = f"{nbytes / 2**20:.0f} MiB, {len(views)} chunks, lz4 ratio {nbytes / sum(map(len, limit)):.2f}"
     workload = "2 encode volume"
     rows = [
         ratio_row(workload, f"2 threads, chunk slabs ({what})", times, "encode_2", "limit_2",
@@ -328,7 +296,7 @@ def bench_encode(config: Config, rng: np.random.Generator) -> tuple[list[Row], E
             f"(this process got {cores:.2f} of 2 CPUs during the 2-thread limit): another process is using the "
             "CPU, so the 2-vs-1-thread ratios of this run say little; rerun on an idle machine"
         )
-    return rows, encoded
+    return rows
 
 
 # -- workload 3: storing the encoded volume ----------------------------------------------------
@@ -337,31 +305,34 @@ def bench_encode(config: Config, rng: np.random.Generator) -> tuple[list[Row], E
 def store_encoded(path: Path, encoded: EncodedArray, phases: dict[str, list[float]]) -> None:
     """The encoded volume as array ``volume`` of a new store (consolidated, closed)."""
     start = time.perf_counter()
-    store = IndexedTarZarrStore(path, mode="w")
-    try:
+    with IndexedTarZarrStore(path, mode="w") as store:
         root = store.create_root_group({}, zarr_format=2)
         before = time.perf_counter()
         root.create_encoded_array("volume", encoded)
         phases.setdefault("create_encoded_array", []).append(time.perf_counter() - before)
         store.consolidate()
-    finally:
-        store.close()
     phases.setdefault("store_total", []).append(time.perf_counter() - start)
 
 
-def bench_store(tmp: Path, encoded: EncodedArray, config: Config) -> list[Row]:
+def bench_store(run: bench.Run[Config]) -> list[Row]:
+    if "encoded" not in run.shared:  # workload 2 did not run: encode the volume here
+        volume = make_volume(run.config.volume_shape, run.generator)
+        run.shared["encoded"] = encode_whole(volume, volume_chunks(run.config))
+        del volume
+    encoded: EncodedArray = run.shared["encoded"]
     records = [encoded.chunk_records[coords] for coords in sorted(encoded.chunk_records)]
-    size = sum(len(record) for record in records)
-    raw_path, store_path = tmp / "records.bin", tmp / "volume.itar"
+    size = sum(map(len, records))
+    raw_path, store_path = run.tmp / "records.bin", run.tmp / "volume.itar"
     phases: dict[str, list[float]] = {}
     store_encoded(store_path, encoded, phases)  # warm-up
-    with IndexedTarZarrStore(store_path) as store:
-        assert store.archive["volume/0.0.0"] == records[0]  # type: ignore[attr-defined]
+    store = IndexedTarZarrStore(store_path)
+    with store:
+        assert store.archive[chunk_key(store.open_root_group().array("volume"), (0, 0, 0))] == records[0]
     store_path.unlink()
     phases.clear()
     times = median_times(
         {"raw": lambda: write_raw(raw_path, records), "store": lambda: store_encoded(store_path, encoded, phases)},
-        config.store_repeats,
+        run.config.store_repeats,
         after=unlink_all(raw_path, store_path),
         isolate=True,
     )
@@ -369,76 +340,26 @@ def bench_store(tmp: Path, encoded: EncodedArray, config: Config) -> list[Row]:
     what = f"{len(records)} records, {size / MB:.0f} MB"
     return [
         ratio_row(
-            "3 store encoded",
-            f"create_encoded_array alone ({what})",
-            times,
-            "create_encoded_array",
-            "raw",
-            "create_encoded_array/raw throughput",
-            0.8,
+            "3 store encoded", f"create_encoded_array alone ({what})", times, "create_encoded_array", "raw",
+            "create_encoded_array/raw throughput", 0.8,
             f"raw {_ms(times['raw'])} ({gbs(size, times['raw'])}), create_encoded_array "
             f"{_ms(times['create_encoded_array'])} ({gbs(size, times['create_encoded_array'])})",
         ),
         ratio_row(
-            "3 store encoded",
-            "open + create_encoded_array + consolidate + close",
-            times,
-            "store",
-            "raw",
-            "store/raw throughput",
-            0.8,
-            f"raw {_ms(times['raw'])}, store total {_ms(times['store'])}",
+            "3 store encoded", "open + create_encoded_array + consolidate + close", times, "store", "raw",
+            "store/raw throughput", 0.8, f"raw {_ms(times['raw'])}, store total {_ms(times['store'])}",
         ),
-    ]
-
-
-# -- driver ---------------------------------------------------------------------------------------
-
-
-WORKLOADS = ("blobs", "encode", "store")
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = bench.bench_parser(__doc__, "small, fast run (smoke test, < 20 s)")
-    seed_help = "random seed (blob sizes and contents, volume noise)"
-    bench.add_run_arguments(parser, seed_help, WORKLOADS, "; store encodes the volume once")
-    return parser.parse_args(argv)
+    ]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    config = quick_config(args.seed) if args.quick else Config(seed=args.seed)
-    only = set(args.only or WORKLOADS)
-    rng = np.random.default_rng(config.seed)
-    rows: list[Row] = []
-    load_before = os.getloadavg()
-    started = time.perf_counter()
-    with bench.temporary_directory("bench-write-", args.tmpdir) as tmp:
-        if "blobs" in only:
-            rows += bench_blobs(tmp, config, rng)
-        if only & {"encode", "store"}:
-            if "encode" in only:
-                encode_rows, encoded = bench_encode(config, rng)
-                rows += encode_rows
-            else:
-                volume = make_volume(config.volume_shape, rng)
-                encoded = encode_whole(volume, (config.chunk_planes, *config.volume_shape[1:]))
-                del volume
-            if "store" in only:
-                rows += bench_store(tmp, encoded, config)
-    elapsed = time.perf_counter() - started
-    load = (load_before[0], os.getloadavg()[0])
-    run = bench.versions(numcodecs=numcodecs.__version__, numpy=np.__version__)
-    legend = "ratio: of medians measured side by side; best: of the fastest runs"
-    print(bench.banner("bench_write", run, quick=args.quick, elapsed=elapsed, load=load, legend=legend))
-    print(bench.format_table(rows, HEADER))
-    for note in NOTES:
-        print(f"note: {note}")
-    if args.json is not None:
-        bench.write_json(
-            args.json, config, quick=args.quick, elapsed=elapsed, versions=run, rows=rows, load=load, notes=NOTES
-        )
-    return 0
+    return bench.run_benchmark(
+        "bench_write", __doc__, {"blobs": bench_blobs, "encode": bench_encode, "store": bench_store}, configure,
+        argv=argv, quick_help="small, fast run (smoke test, < 20 s)",
+        seed_help="random seed (blob sizes and contents, volume noise)", only_note="; store encodes the volume once",
+        other_versions={"numcodecs": numcodecs.__version__, "numpy": np.__version__},
+        legend="ratio: of medians measured side by side; best: of the fastest runs", load_average=True, notes=NOTES,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

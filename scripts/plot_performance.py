@@ -23,14 +23,10 @@ re-rendering the page fails the tests.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -39,6 +35,9 @@ matplotlib.use("Agg")  # files only, never a window (and no display needed)
 from matplotlib.figure import Figure  # after choosing the backend
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
+from _benchlib import Results, Row, ratio_text
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS: tuple[str, ...] = ("bench_archive", "bench_read", "bench_write")
@@ -55,85 +54,15 @@ _RATIO_TARGET = re.compile(r"^\s*(?P<op>>=|<=|~)\s*(?P<value>\d+(?:\.\d+)?)\s*(?
 _COLOURS: Mapping[bool | None, str] = {True: "#2e7d32", False: "#c62828", None: "#9e9e9e"}
 
 
-@dataclass(frozen=True)
-class Row:
-    """One line of a benchmark's result table."""
-
-    workload: str
-    measure: str
-    ratio: float | None
-    ratio_label: str
-    target: str
-    ok: bool | None
-    detail: str
-    best_ratio: float | None = None
-    """The same ratio of the fastest runs of both sides, if the script reports it."""
-
-    @classmethod
-    def from_json(cls, row: Mapping[str, Any]) -> Row:
-        ratio = row.get("ratio")
-        best = row.get("best_ratio")
-        ok = row.get("ok")
-        return cls(
-            workload=str(row.get("workload", "")),
-            measure=str(row.get("measure", "")),
-            ratio=float(ratio) if isinstance(ratio, int | float) and math.isfinite(ratio) else None,
-            ratio_label=str(row.get("ratio_label", "")),
-            target=str(row.get("target", "") or ""),
-            ok=ok if isinstance(ok, bool) else None,
-            detail=str(row.get("detail", "") or ""),
-            best_ratio=float(best) if isinstance(best, int | float) and math.isfinite(best) else None,
-        )
-
-    @property
-    def ratio_target(self) -> float | None:
-        """The target as a value on the ratio's own scale, if it is one."""
-        match = _RATIO_TARGET.match(self.target)
-        return float(match["value"]) if match else None
+def ratio_target(row: Row) -> float | None:
+    """The row's target as a value on the ratio's own scale, if it is one."""
+    match = _RATIO_TARGET.match(row.target)
+    return float(match["value"]) if match else None
 
 
-@dataclass(frozen=True)
-class Benchmark:
-    """The results of one benchmark script (one JSON file)."""
-
-    name: str
-    rows: tuple[Row, ...]
-    cpus: int | None
-    elapsed_s: float | None
-    quick: bool
-    versions: Mapping[str, str]
-    load_average: tuple[float, float] | None = None
-    """1-minute load average before and after the run, if the script recorded it."""
-    notes: tuple[str, ...] = ()
-    """Caveats the script printed about this run."""
-
-    @classmethod
-    def load(cls, path: Path) -> Benchmark:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-            raise ValueError(f"{path}: not a benchmark result (no list of rows)")
-        cpus = data.get("cpus")
-        elapsed = data.get("elapsed_s")
-        versions = data.get("versions")
-        load = data.get("load_average")
-        notes = data.get("notes")
-        return cls(
-            name=path.stem,
-            rows=tuple(Row.from_json(row) for row in data["rows"] if isinstance(row, dict)),
-            cpus=cpus if isinstance(cpus, int) else None,
-            elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else None,
-            quick=bool(data.get("quick", False)),
-            versions={str(key): str(value) for key, value in versions.items()} if isinstance(versions, dict) else {},
-            load_average=(float(load["before"]), float(load["after"]))
-            if isinstance(load, dict) and {"before", "after"} <= load.keys()
-            else None,
-            notes=tuple(str(note) for note in notes) if isinstance(notes, list) else (),
-        )
-
-
-def load_benchmarks(folder: Path) -> dict[str, Benchmark]:
+def load_benchmarks(folder: Path) -> dict[str, Results]:
     """The results present in ``folder``, by benchmark name, in :data:`BENCHMARKS` order."""
-    return {name: Benchmark.load(folder / f"{name}.json") for name in BENCHMARKS if (folder / f"{name}.json").is_file()}
+    return {name: Results.load(folder / f"{name}.json") for name in BENCHMARKS if (folder / f"{name}.json").is_file()}
 
 
 # -- tables ---------------------------------------------------------------------------------
@@ -148,25 +77,21 @@ def _cell(text: str) -> str:
     return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)
 
 
-def _run_line(benchmark: Benchmark) -> str:
-    parts = [f"{name} {version}" for name, version in benchmark.versions.items()]
+def _run_line(name: str, benchmark: Results) -> str:
+    parts = [f"{package} {version}" for package, version in benchmark.versions.items()]
     if benchmark.cpus is not None:
         parts.append(f"{benchmark.cpus} CPUs")
     if benchmark.load_average is not None:
-        before, after = benchmark.load_average
-        parts.append(f"load average {before:.2f} before and {after:.2f} after")
+        load = benchmark.load_average
+        parts.append(f"load average {load['before']:.2f} before and {load['after']:.2f} after")
     kind = "quick run (smoke test, small sizes)" if benchmark.quick else "full run"
     if benchmark.elapsed_s is not None:
         kind += f" of {benchmark.elapsed_s:.0f} s"
     parts.append(kind)
-    return f"Run of `scripts/{benchmark.name}.py`: " + ", ".join(parts) + "."
+    return f"Run of `scripts/{name}.py`: " + ", ".join(parts) + "."
 
 
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def render_table(name: str, benchmark: Benchmark | None) -> str:
+def render_table(name: str, benchmark: Results | None) -> str:
     """The Markdown of one benchmark's section body (a table, or a placeholder). The "best"
     column (the ratio of the fastest runs) appears when the script reports it."""
     if benchmark is None:
@@ -178,15 +103,15 @@ def render_table(name: str, benchmark: Benchmark | None) -> str:
         )
     best = any(row.best_ratio is not None for row in benchmark.rows)
     lines = [
-        _run_line(benchmark),
+        _run_line(name, benchmark),
         "",
         "| workload | measure | ratio |" + (" best |" if best else "") + " ratio of | target | met | details |",
         "|---|---|--:|" + ("--:|" if best else "") + "---|---|:-:|---|",
     ]
     for row in benchmark.rows:
-        cells = [_cell(row.workload), _cell(row.measure), _ratio(row.ratio)]
+        cells = [_cell(row.workload), _cell(row.measure), ratio_text(row.ratio)]
         if best:
-            cells.append(_ratio(row.best_ratio))
+            cells.append(ratio_text(row.best_ratio))
         met = {True: "yes", False: "**no**", None: ""}[row.ok]
         cells += [_cell(row.ratio_label), _cell(row.target), met, _cell(row.detail)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -199,7 +124,7 @@ def render_table(name: str, benchmark: Benchmark | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_tables(page: str, benchmarks: Mapping[str, Benchmark]) -> str:
+def update_tables(page: str, benchmarks: Mapping[str, Results]) -> str:
     """``page`` with the body of every marked table section rendered from ``benchmarks``."""
     pieces: list[str] = []
     position = 0
@@ -224,9 +149,9 @@ def _label(row: Row, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def plot(benchmarks: Mapping[str, Benchmark], path: Path) -> None:
+def plot(benchmarks: Mapping[str, Results], path: Path) -> None:
     """Draws every ratio of ``benchmarks`` against its target into a PNG at ``path``."""
-    drawn = {name: [row for row in bench.rows if row.ratio is not None] for name, bench in benchmarks.items()}
+    drawn = {name: [row for row in results.rows if row.ratio is not None] for name, results in benchmarks.items()}
     drawn = {name: rows for name, rows in drawn.items() if rows}
     counts = [len(rows) for rows in drawn.values()] or [1]
     figure = Figure(figsize=(12, 1.2 + 0.34 * sum(counts) + 0.9 * len(counts)), layout="constrained")
@@ -238,7 +163,7 @@ def plot(benchmarks: Mapping[str, Benchmark], path: Path) -> None:
         figure.savefig(path, dpi=110, metadata={"Software": None})
         return
     grid = figure.add_gridspec(len(drawn), 1, height_ratios=counts)
-    cpus = sorted({bench.cpus for bench in benchmarks.values() if bench.cpus is not None})
+    cpus = sorted({results.cpus for results in benchmarks.values() if results.cpus is not None})
     figure.suptitle(
         "ncore_like benchmarks: ratios measured side by side in one run"
         + (f" ({', '.join(map(str, cpus))} CPUs)" if cpus else ""),
@@ -250,7 +175,7 @@ def plot(benchmarks: Mapping[str, Benchmark], path: Path) -> None:
         ratios = [row.ratio for row in rows if row.ratio is not None]
         axes.barh(positions, ratios, color=[_COLOURS[row.ok] for row in rows], height=0.6)
         for position, row in zip(positions, rows, strict=True):
-            target = row.ratio_target
+            target = ratio_target(row)
             if target is not None:
                 axes.plot([target], [position], marker="|", markersize=16, markeredgewidth=2.5, color="black")
             assert row.ratio is not None
@@ -265,8 +190,8 @@ def plot(benchmarks: Mapping[str, Benchmark], path: Path) -> None:
         axes.set_yticks(positions, [_label(row) for row in rows], fontsize=8)
         axes.invert_yaxis()
         axes.set_xscale("log")
-        low = min([*ratios, *(t for t in (row.ratio_target for row in rows) if t is not None)])
-        high = max([*ratios, *(t for t in (row.ratio_target for row in rows) if t is not None)])
+        targets = [target for target in map(ratio_target, rows) if target is not None]
+        low, high = min([*ratios, *targets]), max([*ratios, *targets])
         axes.set_xlim(min(0.5, low / 1.5), high * 10)  # room for the annotations on the right
         axes.axvline(1.0, color="#616161", linewidth=0.8, linestyle=":")
         axes.set_title(TITLES.get(name, name) + f"  (scripts/{name}.py)", fontsize=10, loc="left")
