@@ -8,15 +8,17 @@ from .backend import Backend
 from .errors import (
     ArchiveClosedError,
     ArchiveFormatError,
+    ChecksumError,
     ConsolidatedMetadataError,
     EventLoopError,
     InvalidKeyError,
     NcoreLikeError,
     ReadOnlyError,
     RecordExistsError,
+    UnfinishedArchiveError,
 )
 from .nodes import Array, BloscCompression, EncodedArray, Group, NodeCache
-from .store import IndexedTarZarrStore, Store, ZarrStoreAdapter
+from .store import IndexedTarZarrStore, RecoveryReport, Store, ZarrStoreAdapter, recover
 
 __all__ = [
     "ArchiveClosedError",
@@ -24,6 +26,7 @@ __all__ = [
     "Array",
     "Backend",
     "BloscCompression",
+    "ChecksumError",
     "ConsolidatedMetadataError",
     "EncodedArray",
     "EventLoopError",
@@ -37,9 +40,12 @@ __all__ = [
     "ReadOnlyError",
     "Record",
     "RecordExistsError",
+    "RecoveryReport",
     "Store",
+    "UnfinishedArchiveError",
     "ZarrStoreAdapter",
     "clear_caches",
+    "recover",
     "set_sync_timeout",
     "set_worker_threads",
     "sync_timeout",

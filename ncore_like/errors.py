@@ -15,12 +15,14 @@ from typing import Any
 __all__ = [
     "ArchiveClosedError",
     "ArchiveFormatError",
+    "ChecksumError",
     "ConsolidatedMetadataError",
     "EventLoopError",
     "InvalidKeyError",
     "NcoreLikeError",
     "ReadOnlyError",
     "RecordExistsError",
+    "UnfinishedArchiveError",
 ]
 
 
@@ -63,6 +65,19 @@ class ArchiveFormatError(NcoreLikeError, ValueError):
     """A file is not a valid indexed tar archive (truncated, wrong magic, corrupt index...)."""
 
 
+class ChecksumError(NcoreLikeError, ValueError):
+    """A record's payload doesn't match the CRC32C checksum stored for it: the archive is
+    damaged there (the payload is never handed out).
+
+    Attributes:
+        offset: File offset of the record's payload.
+    """
+
+    def __init__(self, detail: str = "", *, archive: str | None = None, key: str | None = None, offset: int = -1):
+        super().__init__(detail, archive=archive, key=key)
+        self.offset = offset
+
+
 class ArchiveClosedError(NcoreLikeError, ValueError):
     """A record that is not held in memory was read from a closed archive."""
 
@@ -77,6 +92,11 @@ class InvalidKeyError(NcoreLikeError, ValueError):
 
 class ConsolidatedMetadataError(NcoreLikeError, ValueError):
     """A consolidated metadata record can't be decoded."""
+
+
+class UnfinishedArchiveError(NcoreLikeError, FileExistsError):
+    """Writing an archive found the unfinished (partial) file of an earlier writer of the
+    same name, which it never overwrites: recover it (:func:`ncore_like.recover`) or delete it."""
 
 
 class EventLoopError(NcoreLikeError, RuntimeError):

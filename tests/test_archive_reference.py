@@ -36,6 +36,7 @@ def test_reference_reads_our_archives_record_for_record(tmp_path: Path) -> None:
             archive[key] = value
     dump = run_reference("dump-records", str(path))
     ours = IndexedTarArchive(path)
+    assert ours.has_checksums  # nvidia-ncore reads the three keys it knows and ignores the checksums
     assert dump["keys"] == ours.keys()
     for key, value in {**records, **metadata}.items():
         entry = dump["records"][key]
@@ -59,12 +60,37 @@ def test_we_read_reference_archives_record_for_record(tmp_path: Path) -> None:
 
 
 def test_same_records_give_the_same_bytes_as_the_reference(tmp_path: Path) -> None:
-    # Without node metadata (which we append at close), the two writers agree byte for byte.
+    # Without node metadata (which we append at close) and without checksums, the two
+    # writers agree byte for byte; with checksums, on every record's place in the file.
     records = records_for_interop()
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"records": [[k, base64.b64encode(v).decode()] for k, v in records.items()]}))
     run_reference("write-records", str(tmp_path / "theirs.itar"), str(spec))
-    with IndexedTarArchive(tmp_path / "ours.itar", mode="w") as archive:
-        for key, value in records.items():
-            archive[key] = value
-    assert (tmp_path / "ours.itar").read_bytes() == (tmp_path / "theirs.itar").read_bytes()
+    for checksums in (False, True):
+        with IndexedTarArchive(tmp_path / f"ours-{checksums}.itar", mode="w", checksums=checksums) as archive:
+            for key, value in records.items():
+                archive[key] = value
+    theirs = (tmp_path / "theirs.itar").read_bytes()
+    assert (tmp_path / "ours-False.itar").read_bytes() == theirs
+    with_checksums = IndexedTarArchive(tmp_path / "ours-True.itar")
+    assert with_checksums.has_checksums and dict(with_checksums.records) == dict(
+        IndexedTarArchive(tmp_path / "theirs.itar").records
+    )
+
+
+def test_reference_reads_recovered_archives(tmp_path: Path) -> None:
+    from ncore_like import recover
+
+    records = records_for_interop()
+    path = tmp_path / "crashed.itar"
+    archive = IndexedTarArchive(path, mode="w")
+    for key, value in records.items():
+        archive[key] = value
+    archive.flush()
+    del archive  # never closed, as if its writer died
+    report = recover(path)
+    assert report.records == len(records)
+    dump = run_reference("dump-records", str(path))
+    assert dump["keys"] == list(records)
+    for key, value in records.items():
+        assert dump["records"][key]["sha256"] == hashlib.sha256(value).hexdigest()

@@ -533,6 +533,77 @@ def test_verify_finds_members_missing_from_the_index(local_archive: Path, capsys
     assert problem["key"] == "poses/0.0" and "not in the index" in problem["message"]
 
 
+def test_verify_reports_a_bad_tar_header_once(local_archive: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with IndexedTarArchive(local_archive) as library:
+        keys = library.keys()
+        header = library.records["poses/0.0"].offset - 512
+    with local_archive.open("r+b") as file:
+        file.seek(header + 148)  # the stored checksum of the member's header
+        file.write(b"7")
+    code, out, err = cli(capsys, "verify", "--json", str(local_archive))
+    assert code == 1
+    report = json.loads(out)
+    [problem] = report["problems"]
+    hidden = len(keys) - keys.index("poses/0.0")
+    assert f"unreadable tar header at offset {header}" in problem["message"]
+    assert f"{hidden} index entries from 'poses/0.0' on" in problem["message"]
+    assert report["tar_members"] == keys.index("poses/0.0")
+    code, out, err = cli(capsys, "verify", str(local_archive))
+    assert code == 1 and len(out.splitlines()) == 1 and "1 problem found" in err
+
+
+def test_messages_name_the_archive_once(
+    local_archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.itar"
+    corrupt_chunk(local_archive, broken)
+    code, out, err = cli(capsys, "verify", str(broken))
+    assert code == 1 and CORRUPTED_CHUNK in out
+    assert str(broken) not in out and err.count(str(broken)) == 1
+
+    def rename(keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+        keys[keys.index("poses/0.0")] = "../escaped"
+
+    rewrite_index(local_archive, rename)
+    code, _, err = cli(capsys, "extract", str(local_archive), "-C", str(tmp_path / "out"))
+    assert code == 1 and "'../escaped'" in err and err.count(str(local_archive)) == 1
+
+
+def test_verify_progress_shows_one_bar_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncore_like.cli import _common
+
+    events: list[tuple[Any, ...]] = []
+
+    class Bar:
+        def __init__(self, desc: str) -> None:
+            self.desc = desc
+
+        def update(self, n: float = 1) -> None:
+            events.append((self.desc, n))
+
+        def close(self) -> None:
+            events.append((self.desc, "closed"))
+
+    def bar(*, total: float | None, desc: str, quiet: bool, unit: str = "B") -> Bar:
+        events.append((desc, total, unit))
+        return Bar(desc)
+
+    monkeypatch.setattr(_common, "progress", bar)
+    with _common.step_progress({"members": ("tar headers", "member")}, quiet=False) as update:
+        update("members", 1, 2)
+        update("members", 1, 2)
+        update("records", 700, 900)
+    assert events == [
+        ("tar headers", 2, "member"),
+        ("tar headers", 1),
+        ("tar headers", 1),
+        ("tar headers", "closed"),
+        ("records", 900, "B"),
+        ("records", 700),
+        ("records", "closed"),
+    ]
+
+
 # -- errors and usage ----------------------------------------------------------------------
 
 
@@ -613,3 +684,62 @@ def test_missing_fsspec_object_says_not_found(capsys: pytest.CaptureFixture[str]
 
     assert cli_main(["ls", "memory://no-such-archive.itar"]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+# -- integrity: checksums, superseded metadata, recover ----------------------------------------
+
+
+def test_verify_checks_checksums_of_records_arrays_cannot_see(
+    local_archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One flipped bit in a blob's payload: every read of an unverified local archive returns
+    # it, tar has no checksum of its own, only the record's CRC32C tells.
+    with IndexedTarArchive(local_archive) as library:
+        record = library.records["camera/frame0/0"]
+    with local_archive.open("r+b") as file:
+        file.seek(record.offset + 3)
+        byte = file.read(1)[0]
+        file.seek(record.offset + 3)
+        file.write(bytes([byte ^ 1]))
+    assert IndexedTarArchive(local_archive)["camera/frame0/0"] != FRAME  # reads don't verify locally by default
+    code, out, _ = cli(capsys, "verify", "--json", str(local_archive))
+    assert code == 1
+    problems = json.loads(out)["problems"]
+    assert [problem["key"] for problem in problems] == ["camera/frame0/0"]
+    assert "doesn't match its CRC32C" in problems[0]["message"]
+
+
+def test_verify_accepts_node_metadata_rewritten_after_a_flush(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "f.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({"version": 1})
+        root.create_array("a", np.arange(10))
+        store.flush()
+        root.zarr.attrs["version"] = 2  # zarr-python rewrites .zattrs
+        store.consolidate()
+    assert IndexedTarZarrStore(path).open_root_group().attributes["version"] == 2
+    code, out, _ = cli(capsys, "verify", str(path))
+    assert code == 0, out
+    assert "OK" in out
+
+
+def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "crashed.itar"
+    store = IndexedTarZarrStore(path, mode="w")
+    root = store.create_root_group({"sequence": "s-9"})
+    root.create_array("poses", np.arange(12.0).reshape(3, 4), compression=None)
+    store.flush()
+    with open(f"{path}.partial", "ab") as file:
+        file.write(b"\x00torn" * 100)  # what a writer killed mid-record leaves
+    code, out, err = cli(capsys, "recover", str(path))
+    assert code == 0, err
+    assert f"{path}: " in out and "recovered" in out and "consolidated metadata regenerated" in out
+    np.testing.assert_array_equal(
+        IndexedTarZarrStore(path).open_root_group().array("poses").read(), np.arange(12.0).reshape(3, 4)
+    )
+    code, out, _ = cli(capsys, "verify", str(path))
+    assert code == 0, out
+    code, _, err = cli(capsys, "recover", str(path))
+    assert code == 1 and "needs no recovery" in err and "Traceback" not in err

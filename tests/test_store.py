@@ -242,7 +242,8 @@ def replace_record(source: Path, target: Path, key: str, value: bytes) -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (b"garbage", "corrupt consolidated metadata record"),
+        (b"garbage", "consolidated metadata record .zmetadata.cbor.xz is no xz stream"),
+        (b"\xfd7zXZ\x00garbage", "corrupt consolidated metadata record"),
         (__import__("lzma").compress(b"\x81\x01"), "corrupt|not of zarr_consolidated_format"),
         (
             __import__("lzma").compress(__import__("cbor2").dumps({"zarr_consolidated_format": 2, "metadata": {}})),

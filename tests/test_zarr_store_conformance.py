@@ -13,7 +13,7 @@ from zarr.core.buffer.cpu import Buffer as CpuBuffer
 from zarr.errors import ContainsArrayError
 from zarr.testing.store import StoreTests
 
-from ncore_like import IndexedTarArchive, RecordExistsError
+from ncore_like import IndexedTarArchive, RecordExistsError, UnfinishedArchiveError
 from ncore_like.store import ItarZarrStore
 
 
@@ -52,6 +52,16 @@ class TestItarZarrStore(StoreTests[ItarZarrStore, CpuBuffer]):
         "records can't be deleted (write-once)"
     )
     async def test_with_read_only_store(self, open_kwargs: dict[str, Any]) -> None: ...
+
+    def test_store_eq(self, store: ItarZarrStore, store_kwargs: dict[str, Any]) -> None:
+        # The suite opens a second writer of the same archive, which is refused (its partial
+        # file exists); stores of one archive, and readers of one file, are equal.
+        assert store == store
+        assert store == ItarZarrStore(store.archive)
+        with pytest.raises(UnfinishedArchiveError):
+            self.store_cls(**store_kwargs)
+        store.close()
+        assert ItarZarrStore(store_kwargs["itar"]) == ItarZarrStore(store_kwargs["itar"])
 
     # The suite skips its delete tests itself: the store says supports_deletes = False.
     def test_store_supports_deletes(self, store: ItarZarrStore) -> None:

@@ -12,6 +12,14 @@ and a final 512-byte index header block::
 The index (type 1) is an xz stream of the CBOR map ``{"items": keys, "offset_datas":
 payload offsets, "sizes": payload sizes}``, the lists parallel and sorted by offset. This
 is byte-compatible with the indexed tar files of nvidia-ncore 19.8.
+
+Checksums (optional, written by ncore_like by default): the index map has a fourth list,
+``"crc32c"``, the CRC32C of every payload, which readers that know only the first three
+keys ignore; and every member's ustar header block carries the same CRC32C in its unused
+last 12 bytes (offset 500, after the ``prefix`` field), as ``b"CRC"``, 8 lowercase hex
+digits and a NUL. tar ignores those bytes (its header checksum covers them), they cost
+nothing per record, and they let a reader check records without the index (recovery of an
+archive whose writer died).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from ..errors import ArchiveFormatError, InvalidKeyError
 
 __all__ = [
     "BLOCK_SIZE",
+    "INDEX_CHECKSUMS_KEY",
     "INDEX_HEADER_FORMAT",
     "INDEX_MAGIC",
     "INDEX_TYPE_CBOR_XZ",
@@ -39,6 +48,7 @@ __all__ = [
     "IndexHeader",
     "decode_index",
     "encode_index",
+    "header_checksum",
     "is_node_metadata_key",
     "member_header",
     "pack_index_header",
@@ -55,6 +65,11 @@ INDEX_TYPE_CBOR_XZ = 1
 INDEX_HEADER_FORMAT = "<4sIQI"  # magic, index type, index offset, index size
 _INDEX_HEADER_SIZE = struct.calcsize(INDEX_HEADER_FORMAT)
 _ZERO_BLOCK = bytes(BLOCK_SIZE)
+#: The index key of the payloads' CRC32C list (unknown to nvidia-ncore, which ignores it).
+INDEX_CHECKSUMS_KEY = "crc32c"
+# Where a member header keeps its payload's CRC32C: the 12 bytes after the ustar prefix.
+_CHECKSUM_FIELD = slice(500, 512)
+_CHECKSUM_MARK = b"CRC"
 
 #: Last key components of node metadata records: rewritable until the archive is closed,
 #: then appended after all other records (so they land in the tail read). The compressed
@@ -82,6 +97,9 @@ def validate_key(key: object, archive: str) -> str:
         raise InvalidKeyError("record key is empty", archive=archive)
     if "\0" in key:
         raise InvalidKeyError(f"record key {key!r} contains a NUL character", archive=archive)
+    if "\\" in key:
+        # A path separator on Windows: extracting there could leave the target folder.
+        raise InvalidKeyError(f"record key {key!r} contains a backslash", archive=archive)
     if key.startswith("/"):
         raise InvalidKeyError(f"record key {key!r} is absolute", archive=archive)
     parts = key.split("/")
@@ -109,20 +127,43 @@ _USTAR_TEMPLATE = _tarfile_header("x", 0)
 _MAX_USTAR_SIZE = 8**11  # the size field holds 11 octal digits
 
 
-def member_header(key: str, size: int) -> bytes:
-    """The tar header block(s) of a record, exactly as ``tarfile`` writes them: one ustar
-    block for ASCII keys of up to 100 characters, a pax extended header before it for
-    others."""
+def _seal(block: bytearray) -> bytes:
+    """The header block with its tar checksum filled in (as tarfile writes it)."""
+    block[148:156] = b" " * 8  # the checksum counts its own field as spaces
+    block[148:155] = b"%06o\0" % sum(block)
+    return bytes(block)
+
+
+def member_header(key: str, size: int, crc: int | None = None) -> bytes:
+    """The tar header block(s) of a record: one ustar block for ASCII keys of up to 100
+    characters, a pax extended header before it for others; exactly as ``tarfile`` writes
+    them, but with the payload's CRC32C in the last ustar block if ``crc`` is given."""
     if len(key) <= 100 and size < _MAX_USTAR_SIZE and key.isascii():
         # Filled in from a template: tarfile takes ~4x longer, a noticeable share of
         # writing records of a few hundred kilobytes.
         block = bytearray(_USTAR_TEMPLATE)
         block[0:100] = key.encode("ascii").ljust(100, b"\0")
         block[124:136] = b"%011o\0" % size
-        block[148:156] = b" " * 8  # the checksum counts its own field as spaces
-        block[148:155] = b"%06o\0" % sum(block)
-        return bytes(block)
-    return _tarfile_header(key, size)
+        if crc is not None:
+            block[_CHECKSUM_FIELD] = b"%s%08x\0" % (_CHECKSUM_MARK, crc)
+        return _seal(block)
+    header = _tarfile_header(key, size)
+    if crc is None:
+        return header
+    block = bytearray(header[-BLOCK_SIZE:])
+    block[_CHECKSUM_FIELD] = b"%s%08x\0" % (_CHECKSUM_MARK, crc)
+    return header[:-BLOCK_SIZE] + _seal(block)
+
+
+def header_checksum(block: bytes | memoryview) -> int | None:
+    """The payload CRC32C a member's (last) header block carries, None if it carries none."""
+    field = bytes(block[_CHECKSUM_FIELD])
+    if not field.startswith(_CHECKSUM_MARK) or field[-1] != 0:
+        return None
+    try:
+        return int(field[len(_CHECKSUM_MARK) : -1], 16)
+    except ValueError:
+        return None
 
 
 def tar_end(position: int) -> bytes:
@@ -183,16 +224,23 @@ class Index:
     keys: list[str]
     offsets: list[int]
     sizes: list[int]
+    checksums: list[int] | None = None
+    """The CRC32C of every payload (None for archives written without checksums)."""
 
 
-def encode_index(keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int]) -> bytes:
-    """Encodes an index of type 1 (records in any order; they are sorted by offset)."""
+def encode_index(
+    keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], checksums: Sequence[int] | None = None
+) -> bytes:
+    """Encodes an index of type 1 (records in any order; they are sorted by offset), with
+    the payloads' CRC32C if ``checksums`` is given."""
     order = sorted(range(len(keys)), key=offsets.__getitem__)
     table = {
         "items": [keys[i] for i in order],
         "offset_datas": [offsets[i] for i in order],
         "sizes": [sizes[i] for i in order],
     }
+    if checksums is not None:
+        table[INDEX_CHECKSUMS_KEY] = [checksums[i] for i in order]
     return lzma.compress(cbor2.dumps(table), format=lzma.FORMAT_XZ)
 
 
@@ -217,24 +265,224 @@ def decode_index(data: bytes | memoryview, header: IndexHeader, archive: str) ->
             f"corrupt record index ({len(keys)} keys, {len(offsets)} offsets, {len(sizes)} sizes)",
             archive=archive,
         )
+    checksums = table.get(INDEX_CHECKSUMS_KEY)
+    if checksums is not None and (not isinstance(checksums, list) or len(checksums) != len(keys)):
+        raise ArchiveFormatError(
+            f"corrupt record index ({INDEX_CHECKSUMS_KEY} is no list of {len(keys)} checksums)", archive=archive
+        )
     if keys:
         try:
-            # Typed C arrays reject anything but integers, and numpy checks the bounds
+            # Typed C arrays reject anything but integers, and numpy checks the entries
             # without a Python object per record: opening large archives stays cheap.
             offset_array = np.frombuffer(array.array("q", offsets), dtype=np.int64)
             size_array = np.frombuffer(array.array("q", sizes), dtype=np.int64)
-            bad = (
-                set(map(type, keys)) != {str}
-                or int(offset_array.min()) < 0
-                or int(size_array.min()) < 0
-                or int((offset_array + size_array).max()) > header.offset
-            )
+            if checksums is not None:
+                crc_array = np.frombuffer(array.array("q", checksums), dtype=np.int64)
+                if int(crc_array.min()) < 0 or int(crc_array.max()) >= 1 << 32:
+                    raise OverflowError("checksum out of range")
+            typed = set(map(type, keys)) == {str}
         except (TypeError, OverflowError):
-            bad = True
-        if bad:
+            typed = False
+        if not typed:
             raise ArchiveFormatError(
-                "corrupt record index (keys, offsets or sizes of wrong type, or records "
-                f"extending past the index at offset {header.offset})",
-                archive=archive,
+                "corrupt record index (keys, offsets, sizes or checksums of wrong type)", archive=archive
             )
-    return Index(keys, offsets, sizes)
+        _check_entries(keys, offset_array, size_array, header, archive)
+    return Index(keys, offsets, sizes, checksums)
+
+
+def _check_entries(
+    keys: list[str], offsets: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any], header: IndexHeader, archive: str
+) -> None:
+    """Raises :class:`ArchiveFormatError` naming the first index entry (in file order) that
+    can't be a tar member's payload: each lies after its header block, block-aligned, with a
+    size that is not negative, before the index, and clear of the next payload's header."""
+    order = np.argsort(offsets, kind="stable")
+    start, size = offsets[order], sizes[order]
+    end = start + size
+    bad = (start < BLOCK_SIZE) | (start % BLOCK_SIZE != 0) | (size < 0) | (end > header.offset)
+    # Between two payloads lies at least the second one's header block: overlap[i] flags the
+    # pair of entries i and i + 1.
+    padded_end = end + (-end % BLOCK_SIZE)
+    overlap = start[1:] - padded_end[:-1] < BLOCK_SIZE
+    if not (bad.any() or overlap.any()):
+        return
+    first = int(np.argmax(bad)) if bad.any() else len(bad)
+    pair = int(np.argmax(overlap)) if overlap.any() else len(bad)
+
+    def entry(i: int) -> str:
+        return f"entry {keys[int(order[i])]!r} (offset {int(start[i])}, {int(size[i])} bytes)"
+
+    if pair < first:
+        position = int(order[pair])
+        why = f"{entry(pair)} overlaps the next one, {entry(pair + 1)}, or its header"
+    else:
+        position = int(order[first])
+        offset, length = int(start[first]), int(size[first])
+        if length < 0:
+            why = f"{entry(first)} has a negative size"
+        elif offset < BLOCK_SIZE or offset % BLOCK_SIZE:
+            why = f"{entry(first)} has an offset that is no payload's (before the first header, or not block-aligned)"
+        else:
+            why = f"{entry(first)} has a payload extending past the index at offset {header.offset}"
+    raise ArchiveFormatError(f"corrupt record index: {why}", archive=archive, key=keys[position])
+
+
+# -- reading tar headers -----------------------------------------------------------------
+# Verification (and recovery of archives without an index) walks the tar headers itself:
+# the index is not trusted there, and tarfile's iteration stops quietly at a bad header
+# instead of saying what is wrong with it.
+
+__all__ += [
+    "TAR_REGULAR_TYPES",
+    "TarHeader",
+    "is_zero_block",
+    "parse_gnu_long_name",
+    "parse_pax_records",
+    "parse_tar_header",
+    "parse_tar_number",
+    "tar_data_size",
+]
+
+#: Typeflags of members whose data is a file's contents: "0", the old "\0", and "7"
+#: (contiguous file, read as a regular one). GNU sparse members ("S") are not supported.
+TAR_REGULAR_TYPES = frozenset({b"0", b"\0", b"7"})
+TAR_PAX_TYPES = frozenset({b"x", b"X"})  # extended header of the next member ("X": Solaris)
+TAR_PAX_GLOBAL_TYPE = b"g"  # extended header of all later members
+TAR_GNU_LONG_NAME_TYPE = b"L"  # GNU: the name of the next member
+TAR_GNU_LONG_LINK_TYPE = b"K"  # GNU: the link target of the next member
+TAR_GNU_SPARSE_TYPE = b"S"
+TAR_DIRECTORY_TYPE = b"5"
+# Hard and symbolic links, devices, directories and FIFOs: their size field does not count
+# data blocks that follow (POSIX leaves it unused; tarfile skips no data for them).
+_TYPES_WITHOUT_DATA = frozenset({b"1", b"2", b"3", b"4", b"5", b"6"})
+_USTAR_MAGIC = b"ustar\x00"  # POSIX; GNU writes b"ustar  \x00" and uses the prefix field otherwise
+_OCTAL_DIGITS = frozenset(b"01234567")
+
+
+@dataclass(frozen=True)
+class TarHeader:
+    """One decoded tar header block (a member may have extended headers before it)."""
+
+    name: str
+    """The name field, after the ustar prefix field when there is one."""
+    size: int
+    """The size field (an extended header may replace it)."""
+    typeflag: bytes
+    """The type of the entry, one byte: ``b"0"`` a regular file, ``b"x"`` a pax extended
+    header, ``b"L"`` a GNU long name..."""
+
+    @property
+    def is_regular(self) -> bool:
+        """True for regular files (see :data:`TAR_REGULAR_TYPES`)."""
+        return self.typeflag in TAR_REGULAR_TYPES
+
+
+def tar_data_size(typeflag: bytes, size: int) -> int:
+    """Bytes of data after the header of an entry of type ``typeflag`` and ``size`` (before
+    padding): ``size``, but none for links, devices, directories and FIFOs."""
+    return 0 if typeflag in _TYPES_WITHOUT_DATA else size
+
+
+def is_zero_block(block: bytes | memoryview) -> bool:
+    """True for a block of NUL bytes: the end-of-archive marker where a header is expected."""
+    return len(block) == BLOCK_SIZE and block == _ZERO_BLOCK
+
+
+def parse_tar_number(field: bytes | memoryview) -> int:
+    """A numeric header field: octal digits ended by NUL or space, or (GNU, for values too
+    large for the digits) base-256 big-endian with the high bit of the first byte set.
+
+    Raises:
+        ValueError: For anything else.
+    """
+    raw = bytes(field)
+    if raw and raw[0] & 0x80:
+        if raw[0] & 0x40:  # negative: two's complement over the whole field
+            return int.from_bytes(raw, "big", signed=True)
+        return int.from_bytes(bytes([raw[0] & 0x7F]) + raw[1:], "big")
+    digits = raw.split(b"\0", 1)[0].strip(b" ")
+    if not set(digits) <= _OCTAL_DIGITS:
+        raise ValueError(f"not an octal number: {raw!r}")
+    return int(digits, 8) if digits else 0
+
+
+def _header_text(field: bytes | memoryview) -> str:
+    # Names are bytes to tar; the UTF-8 ones of our writer decode as written, others keep
+    # their bytes as surrogates (as tarfile does).
+    return bytes(field).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def parse_tar_header(block: bytes | memoryview, archive: str | None = None) -> TarHeader:
+    """Decodes one tar header block (ustar, GNU or v7): checksum, name, size and typeflag.
+
+    Raises:
+        ArchiveFormatError: For a block of the wrong length, a block of zeros (the
+            end-of-archive marker, see :func:`is_zero_block`), a wrong checksum, and
+            malformed numbers (naming ``archive``, if given).
+    """
+    if len(block) != BLOCK_SIZE:
+        raise ArchiveFormatError(f"tar header of {len(block)} bytes, expected {BLOCK_SIZE}", archive=archive)
+    if is_zero_block(block):
+        raise ArchiveFormatError("zero block (end-of-archive marker) where a tar header was expected", archive=archive)
+    raw = bytes(block)
+    try:
+        checksum = parse_tar_number(raw[148:156])
+    except ValueError:
+        raise ArchiveFormatError(f"malformed checksum field in tar header: {raw[148:156]!r}", archive=archive) from None
+    # The sum counts the checksum field as 8 spaces; some old tars summed signed bytes.
+    rest = raw[:148] + raw[156:]
+    unsigned = sum(rest) + 8 * 0x20
+    signed = unsigned - 256 * sum(1 for byte in rest if byte & 0x80)
+    if checksum not in (unsigned, signed):
+        raise ArchiveFormatError(
+            f"tar header checksum mismatch: stored {checksum}, computed {unsigned}", archive=archive
+        )
+    try:
+        size = parse_tar_number(raw[124:136])
+    except ValueError:
+        raise ArchiveFormatError(f"malformed size field in tar header: {raw[124:136]!r}", archive=archive) from None
+    if size < 0:
+        raise ArchiveFormatError(f"negative size in tar header: {size}", archive=archive)
+    typeflag = raw[156:157]
+    name = _header_text(raw[0:100])
+    if raw[257:263] == _USTAR_MAGIC:
+        prefix = _header_text(raw[345:500])
+        if prefix:
+            name = f"{prefix}/{name}"
+    if typeflag == b"\0" and name.endswith("/"):  # v7 wrote directories as files ending in "/"
+        typeflag = TAR_DIRECTORY_TYPE
+    if typeflag == TAR_DIRECTORY_TYPE:
+        name = name.rstrip("/")
+    return TarHeader(name, size, typeflag)
+
+
+def parse_pax_records(data: bytes | memoryview, archive: str | None = None) -> dict[str, str]:
+    """The records of a pax extended header's data: ``"<length> <keyword>=<value>\\n"``
+    each, the length counting the whole record. Values are UTF-8 (other bytes are kept as
+    surrogates).
+
+    Raises:
+        ArchiveFormatError: For malformed records.
+    """
+    raw = bytes(data)
+    records: dict[str, str] = {}
+    position = 0
+    while position < len(raw):
+        if raw[position] == 0:  # NUL padding after the last record (some writers count it)
+            break
+        space = raw.find(b" ", position)
+        length_text = raw[position:space] if space > position else b""
+        length = int(length_text) if length_text.isdigit() else 0
+        record = raw[position : position + length]
+        keyword, equals, value = record[len(length_text) + 1 : -1].partition(b"=")
+        if length <= len(length_text) + 1 or len(record) != length or not record.endswith(b"\n") or not equals:
+            raise ArchiveFormatError(f"malformed pax extended header record at byte {position}", archive=archive)
+        records[keyword.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        position += length
+    return records
+
+
+def parse_gnu_long_name(data: bytes | memoryview) -> str:
+    """The name stored in the data of a GNU long name entry (``"L"``), NUL-terminated."""
+    return _header_text(data)

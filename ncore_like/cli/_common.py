@@ -8,13 +8,15 @@ import contextlib
 import json
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from upath import UPath
 
+from ..archive import error_detail
 from ..archive._location import display_name, local_path, to_upath
+from ..errors import NcoreLikeError
 from ..store import IndexedTarZarrStore
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "print_json",
     "progress",
     "reporting",
+    "step_progress",
     "storage_option_parser",
 ]
 
@@ -150,16 +153,11 @@ def open_store(location: Location, *, range_reads: bool = False) -> IndexedTarZa
 
 def describe_error(error: BaseException, *subjects: str) -> str:
     """A one-line description of ``error`` that names the first of ``subjects`` (the archive)
-    unless the message names one of them already (library errors name their files)."""
-    if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
-        text = error.args[0]  # str() of a KeyError quotes its message
-    elif isinstance(error, OSError) and error.strerror and error.filename:
-        text = f"{error.filename}: {error.strerror}"
-    elif isinstance(error, FileNotFoundError):
-        # fsspec filesystems raise FileNotFoundError(path) without saying what happened.
-        text = f"{error}: no such file or object"
-    else:
-        text = str(error) or type(error).__name__
+    unless it names one of them already: ncore_like's errors say which archive in their
+    ``archive`` attribute, other errors (OSErrors with a file name...) in their message."""
+    if isinstance(error, NcoreLikeError) and error.archive is not None and error.archive in subjects:
+        return f"{error.archive}: {error.detail}"
+    text = error_detail(error, None)
     if subjects and not any(subject in text for subject in subjects):
         text = f"{subjects[0]}: {text}"
     return text
@@ -232,3 +230,28 @@ def progress(*, total: float | None, desc: str, quiet: bool, unit: str = "B") ->
         **scaled,
     )
     return bar
+
+
+@contextlib.contextmanager
+def step_progress(steps: Mapping[str, tuple[str, str]], *, quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress callback of a library operation with several steps, ``callback(step,
+    advance, total)``, that shows one bar per step (see :func:`progress`): opened when the
+    step first reports, closed when the next one begins. ``steps`` maps each step to the
+    bar's description and unit."""
+    shown: str | None = None
+    bar: Progress | None = None
+
+    def update(step: str, advance: int, total: int) -> None:
+        nonlocal shown, bar
+        if bar is None or step != shown:
+            if bar is not None:
+                bar.close()
+            desc, unit = steps.get(step, (step, "B"))
+            shown, bar = step, progress(total=total, desc=desc, quiet=quiet, unit=unit)
+        bar.update(advance)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.close()

@@ -4,22 +4,16 @@ outside it."""
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from .._concurrency import ordered_map
-from ..archive import IndexedTarArchive
+from ..archive import IndexedTarArchive, read_records
 from ..archive._format import validate_key
 from ..errors import InvalidKeyError
 from ._common import CommandError, Location, add_quiet_option, progress, reporting
 
 __all__ = ["register", "run", "targets"]
-
-#: Records read ahead of the one being written (remote archives fetch them concurrently).
-_READ_THREADS = 8
-_READ_AHEAD_BYTES = 256 << 20
 
 
 def targets(archive_name: str, keys: list[str], directory: Path) -> dict[str, Path]:
@@ -39,7 +33,7 @@ def targets(archive_name: str, keys: list[str], directory: Path) -> dict[str, Pa
         try:
             validate_key(key, archive_name)
         except InvalidKeyError as error:
-            refused.append(str(error).removeprefix(f"{archive_name}: "))
+            refused.append(error.detail)  # the message names the archive once
             continue
         target = root.joinpath(*key.split("/"))
         # A symbolic link already in the folder could redirect the file elsewhere.
@@ -87,19 +81,10 @@ def run(args: argparse.Namespace) -> int:
         files = targets(location.name, keys, args.directory)
         records = archive.records
         total = sum(records[key].size for key in keys)
+        # Records are read ahead of the one being written (remote ones concurrently).
         with (
-            ThreadPoolExecutor(_READ_THREADS) as pool,
             progress(total=total, desc="extract", quiet=args.quiet) as bar,
-            closing(
-                ordered_map(
-                    pool,
-                    archive.read,
-                    keys,
-                    max_items=2 * _READ_THREADS,
-                    max_bytes=_READ_AHEAD_BYTES,
-                    size=lambda key: records[key].size,
-                )
-            ) as reads,
+            closing(read_records(archive, keys)) as reads,
         ):
             for key, data in reads:
                 target = files[key]

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from typing import Literal
 
 from ..archive import IndexedTarArchive
+from ..archive._location import display_name
 from ..backend import is_blob as _is_blob
+from ..errors import ArchiveFormatError
 from ..nodes import Array, Group
 from ..store import Store
 from ._common import CommandError
@@ -40,17 +42,19 @@ def root_zarr_format(archive: IndexedTarArchive) -> ZarrFormat | None:
     record (None without one).
 
     Raises:
-        ValueError: For a root metadata record that isn't JSON of a known zarr format.
+        ArchiveFormatError: For a root metadata record that isn't JSON of a known zarr format.
     """
+    name = display_name(archive.itar_upath)
     for zarr_format, key in ROOT_METADATA_KEYS.items():
         if key not in archive:
             continue
         try:
             declared = json.loads(archive[key]).get("zarr_format")
         except (ValueError, AttributeError) as error:
-            raise ValueError(f"{archive.itar_upath}: root metadata record {key} is no JSON object") from error
+            raise ArchiveFormatError(f"root metadata record {key} is no JSON object", archive=name, key=key) from error
         if declared != zarr_format:
-            raise ValueError(f"{archive.itar_upath}: root metadata record {key} declares zarr_format {declared!r}")
+            detail = f"root metadata record {key} declares zarr_format {declared!r}"
+            raise ArchiveFormatError(detail, archive=name, key=key)
         return zarr_format
     return None
 

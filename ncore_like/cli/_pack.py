@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from .._compat import fsspec_store, local_store
 from .._concurrency import default_workers, ordered_map
+from ..archive import read_records
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._common import CommandError, Location, add_quiet_option, format_bytes, open_store, progress, reporting
@@ -26,7 +27,8 @@ __all__ = ["register", "run"]
 
 ZarrFormat = Literal[2, 3]
 SourceKind = Literal["archive", "directory", "store"]
-#: Bytes of source values and encoded chunks held at once (besides one item larger than it).
+#: Bytes of source values and encoded chunks held at once when re-encoding (besides one
+#: item larger than it).
 _MAX_BYTES_IN_FLIGHT = 1 << 30
 
 
@@ -129,18 +131,8 @@ def _copy_records(
     keys = [key for key in archive.keys() if not Store.is_consolidated_metadata_key(key)]
     total = sum(records[key].size for key in keys)
     with (
-        ThreadPoolExecutor(workers) as pool,
         progress(total=total, desc="pack", quiet=quiet) as bar,
-        closing(
-            ordered_map(
-                pool,
-                archive.read,
-                keys,
-                max_items=2 * workers,
-                max_bytes=_MAX_BYTES_IN_FLIGHT,
-                size=lambda key: records[key].size,
-            )
-        ) as reads,
+        closing(read_records(archive, keys, threads=workers)) as reads,
     ):
         for key, data in reads:
             dest.archive[key] = data

@@ -11,3 +11,8 @@ from ._group import Group
 _root.install()
 
 __all__ = ["Array", "BloscCompression", "EncodedArray", "Group", "NodeCache", "Selection"]
+
+# Reading whole arrays to verify them.
+from ._verify import verify_arrays  # noqa: E402 - appended after the existing imports and install()
+
+__all__ += ["verify_arrays"]

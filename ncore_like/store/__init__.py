@@ -7,6 +7,7 @@ from ._adapter import ZarrStoreAdapter
 from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
 from ._itar_store import IndexedTarZarrStore
+from ._recover import RecoveryReport, recover
 from ._zarr_store import ItarZarrStore
 
 __all__ = [
@@ -15,7 +16,9 @@ __all__ = [
     "ConsolidatedMetadataError",
     "IndexedTarZarrStore",
     "ItarZarrStore",
+    "RecoveryReport",
     "Store",
     "ZarrStoreAdapter",
     "is_consolidated_metadata_key",
+    "recover",
 ]

@@ -98,7 +98,15 @@ class Store(ABC):
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, error_type: type[BaseException] | None, *exc_info: object) -> None:
+        if error_type is None:
+            self.close()
+        else:
+            self._close_after_error()
+
+    def _close_after_error(self) -> None:
+        """Ends a ``with`` block that raised (stores that publish their writes at close
+        publish nothing then)."""
         self.close()
 
     @staticmethod

@@ -37,6 +37,7 @@ CONSOLIDATED_KEY_V2 = ".zmetadata.cbor.xz"
 CONSOLIDATED_KEY_V3 = "zarr.json.cbor.zlib"
 _ZARR_PYTHON_2_CONSOLIDATED_KEY = ".zmetadata"
 _V2_NAMES = frozenset({".zgroup", ".zarray", ".zattrs"})
+_XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
 def is_consolidated_metadata_key(key: str) -> bool:
@@ -66,8 +67,11 @@ def encode_consolidated(records: Mapping[str, bytes], zarr_format: Literal[2, 3]
 def decode_consolidated(data: bytes, zarr_format: Literal[2, 3], where: str) -> dict[str, Any]:
     """The node metadata by key of a compressed consolidated record."""
     key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
+    if zarr_format == 2 and bytes(data[: len(_XZ_MAGIC)]) != _XZ_MAGIC:
+        # lzma would also take other formats (lzma-alone, raw...) it happens to detect.
+        raise ConsolidatedMetadataError(f"consolidated metadata record {key} is no xz stream", archive=where)
     try:
-        raw = lzma.decompress(data) if zarr_format == 2 else zlib.decompress(data)
+        raw = lzma.decompress(data, format=lzma.FORMAT_XZ) if zarr_format == 2 else zlib.decompress(data)
         table = cbor2.loads(raw)
     except (lzma.LZMAError, zlib.error, cbor2.CBORDecodeError, ValueError, EOFError) as error:
         raise ConsolidatedMetadataError(

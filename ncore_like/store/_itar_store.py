@@ -26,7 +26,9 @@ class IndexedTarZarrStore(Store):
     """A zarr hierarchy in an indexed tar archive, local or remote.
 
     The parameters are those of :class:`IndexedTarArchive`; the constructor opens the
-    archive (blocking), :meth:`open_async` opens it for reading without blocking. Node
+    archive (blocking), :meth:`open_async` opens it for reading without blocking. Like the
+    archive, a store written in a ``with`` block that raises publishes nothing (a local
+    archive's partial file stays for :func:`~ncore_like.recover`). Node
     metadata records are appended when the store is closed, at the end of the file, so
     opening the hierarchy from its consolidated metadata costs no I/O beyond the tail read.
 
@@ -42,8 +44,18 @@ class IndexedTarZarrStore(Store):
         mode: Literal["r", "w"] = "r",
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
+        *,
+        verify_checksums: bool | None = None,
+        checksums: bool = True,
     ) -> None:
-        self._archive = IndexedTarArchive(itar_path, mode, index_tail_read_size, remote_range_reads)
+        self._archive = IndexedTarArchive(
+            itar_path,
+            mode,
+            index_tail_read_size,
+            remote_range_reads,
+            verify_checksums=verify_checksums,
+            checksums=checksums,
+        )
         super().__init__(ItarZarrStore(self._archive))
 
     @classmethod
@@ -59,6 +71,8 @@ class IndexedTarZarrStore(Store):
         itar_path: str | PurePath | UPath,
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
+        *,
+        verify_checksums: bool | None = None,
     ) -> IndexedTarZarrStore:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
@@ -67,6 +81,7 @@ class IndexedTarZarrStore(Store):
             index_tail_read_size,
             remote_range_reads,
             prefetch_keys=(CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3),
+            verify_checksums=verify_checksums,
         )
         return cls._of_archive(archive)
 
@@ -83,6 +98,17 @@ class IndexedTarZarrStore(Store):
         """Closes the store: when writing, appends the node metadata records and the index."""
         super().close()
         self._archive.close()
+
+    def flush(self) -> None:
+        """Makes every record written so far durable (see :meth:`IndexedTarArchive.flush`)."""
+        self._archive.flush()
+
+    def abort(self) -> None:
+        """Discards the archive being written (see :meth:`IndexedTarArchive.abort`)."""
+        self._archive.abort()
+
+    def _close_after_error(self) -> None:
+        self._archive.__exit__(RuntimeError)
 
     def reload_resources(self) -> None:
         """Re-opens the archive's file resources (e.g. in a forked process)."""

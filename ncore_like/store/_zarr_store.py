@@ -46,8 +46,8 @@ class ItarZarrStore(SyncZarrStore):
             (opened for reading if ``read_only``, else created, truncating any file there).
         read_only: Whether writes are refused (default: the mode of an open archive, True
             for a location).
-        index_tail_read_size, remote_range_reads: Options for opening a location (see
-            :class:`IndexedTarArchive`).
+        index_tail_read_size, remote_range_reads, verify_checksums: Options for opening a
+            location (see :class:`IndexedTarArchive`).
         node_metadata: Node metadata served instead of the archive's metadata records.
     """
 
@@ -66,6 +66,7 @@ class ItarZarrStore(SyncZarrStore):
         read_only: bool | None = None,
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
+        verify_checksums: bool | None = None,
         node_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(itar, IndexedTarArchive):
@@ -80,6 +81,7 @@ class ItarZarrStore(SyncZarrStore):
                 mode="r" if read_only else "w",
                 index_tail_read_size=index_tail_read_size,
                 remote_range_reads=remote_range_reads,
+                verify_checksums=verify_checksums,
             )
             owned = True
         super().__init__(read_only=read_only)
@@ -272,9 +274,29 @@ class ItarZarrStore(SyncZarrStore):
         # The compressed consolidated records are no members of the hierarchy: zarr-python
         # would warn about an unknown object when it lists the root group's members.
         seen: set[str] = {CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3} if not prefix else set()
+        hierarchy = self._consolidated_group_children(start)
         for key in self._archive:
             if key.startswith(start):
-                child = key[len(start) :].partition("/")[0]
-                if child not in seen:
-                    seen.add(child)
+                child, nested, _ = key[len(start) :].partition("/")
+                if child in seen:
+                    continue
+                seen.add(child)
+                # A consolidated group lists its nodes only: records under no node (e.g.
+                # chunks of an array a recovered writer never described) are no members.
+                if hierarchy is None or not nested or child in hierarchy:
                     yield child
+
+    def _consolidated_group_children(self, start: str) -> frozenset[str] | None:
+        """Names of the nodes directly under the group at ``start`` per the served node
+        metadata; None unless node metadata is served and ``start`` is a group's."""
+        metadata = self._node_metadata
+        if metadata is None:
+            return None
+        node = metadata.get(f"{start}zarr.json")
+        if f"{start}.zgroup" not in metadata and not (isinstance(node, dict) and node.get("node_type") == "group"):
+            return None
+        return frozenset(
+            key[len(start) :].partition("/")[0]
+            for key in metadata
+            if key.startswith(start) and key[len(start) :].count("/") == 1
+        )

@@ -1,0 +1,210 @@
+"""Recovering the records of an archive whose writer never finished it.
+
+A local archive is written under its partial name (``<name>.partial``) until it is closed,
+and every record's tar header carries the CRC32C of its payload. :func:`recover_records`
+walks the tar headers of such a file forward from offset 0 (the index, written last, is
+missing), keeps every complete record whose payload matches its checksum, drops the torn
+last record and whatever follows it, and returns an archive being written that holds the
+kept records: closing it appends the index and publishes it at the final name. The
+records are not copied: the partial file is cut after the last record kept and finished in
+place, so recovery reads the file once (to check the checksums) and writes only the index.
+A record whose payload doesn't match its checksum is dropped; then the kept records are
+copied to a new partial file instead, so that the recovered archive holds no damaged
+member.
+
+Node metadata records rewritten after a :meth:`~IndexedTarArchive.flush` occur more than
+once in the file; the last complete one counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import IO
+
+from upath import UPath
+
+from ..errors import ArchiveFormatError, NcoreLikeError
+from ._archive import IndexedTarArchive
+from ._checksum import checksum
+from ._format import BLOCK_SIZE, Index, header_checksum
+from ._location import display_name, local_path, to_upath
+from ._verify import TarMember, TarStop, scan_tar
+from ._writer import PARTIAL_SUFFIX, partial_path
+
+__all__ = ["RecoveryReport", "find_partial", "recover_records"]
+
+#: Payload bytes read at once while checking a record (bounds memory for huge records).
+_READ_PIECE = 16 << 20
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery found and kept."""
+
+    source: str
+    """The unfinished (partial) file that was scanned."""
+    archive: str
+    """The archive written."""
+    records: int = 0
+    """Records kept."""
+    record_bytes: int = 0
+    """Payload bytes of the records kept."""
+    unverified: list[str] = field(default_factory=list)
+    """Keys of records kept without a checksum to check (written without checksums)."""
+    damaged: list[str] = field(default_factory=list)
+    """Keys of records dropped because their payload doesn't match their checksum."""
+    superseded: int = 0
+    """Older versions of node metadata records rewritten after a flush (not kept)."""
+    end: int = 0
+    """Offset where the last record kept ends: what follows was dropped."""
+    dropped_bytes: int = 0
+    """Bytes of the file after :attr:`end` (a torn record, or the unfinished tail)."""
+    stop: str | None = None
+    """Why the scan stopped before the end of the file (e.g. a torn record), if it did."""
+    notes: list[str] = field(default_factory=list)
+    """What the layers above did with the recovered records (e.g. consolidated metadata)."""
+
+
+def find_partial(path: str | PurePath | UPath) -> tuple[str, str]:
+    """The unfinished file of a local archive and the archive's final name, given either
+    (``seq.itar`` finds ``seq.itar.partial``).
+
+    Raises:
+        FileNotFoundError: If there is no such unfinished file.
+        ValueError: For remote locations (an unfinished upload leaves no object).
+    """
+    upath = to_upath(path)
+    local = local_path(upath)
+    if local is None:
+        raise ValueError(
+            f"{display_name(upath)}: only local archives can be recovered (an unfinished upload to object "
+            "storage leaves no object behind)"
+        )
+    if local.endswith(PARTIAL_SUFFIX):
+        partial, final = local, local[: -len(PARTIAL_SUFFIX)]
+    else:
+        partial, final = partial_path(local), local
+    if not os.path.isfile(partial):
+        hint = f"; {final} exists (a finished archive needs no recovery)" if os.path.isfile(final) else ""
+        raise FileNotFoundError(2, f"no unfinished archive {Path(partial).name} to recover{hint}", partial)
+    return partial, final
+
+
+def _payload_checksum(file: IO[bytes], offset: int, size: int) -> int:
+    crc = 0
+    file.seek(offset)
+    remaining = size
+    while remaining:
+        piece = file.read(min(remaining, _READ_PIECE))
+        if not piece:
+            raise ArchiveFormatError(f"the file ends inside the payload at offset {offset}")
+        crc = checksum(piece, crc)
+        remaining -= len(piece)
+    return crc
+
+
+@dataclass(frozen=True)
+class _Kept:
+    key: str
+    offset: int
+    size: int
+    crc: int
+
+
+def _scan(file: IO[bytes], report: RecoveryReport) -> Iterator[_Kept]:
+    """The complete records of the file whose payloads match their checksums, in file order."""
+    for item in scan_tar(file):
+        if isinstance(item, TarStop):
+            report.stop = item.error
+            return
+        member: TarMember = item
+        if not member.is_regular:
+            report.stop = f"tar member {member.name!r} at offset {member.offset} is no record (not a regular file)"
+            return
+        file.seek(member.offset_data - BLOCK_SIZE)
+        stored = header_checksum(file.read(BLOCK_SIZE))
+        actual = _payload_checksum(file, member.offset_data, member.size)
+        if stored is None:
+            report.unverified.append(member.name)
+        elif stored != actual:
+            report.damaged.append(member.name)
+            continue
+        report.end = member.end
+        yield _Kept(member.name, member.offset_data, member.size, actual)
+
+
+def recover_records(
+    path: str | PurePath | UPath, dest: str | PurePath | None = None
+) -> tuple[IndexedTarArchive, RecoveryReport]:
+    """Recovers the records of an unfinished local archive.
+
+    Args:
+        path: The archive's name (its partial file is found beside it) or the partial file.
+        dest: Where to write the recovered archive (default: the archive's own name, by
+            finishing the partial file in place).
+
+    Returns:
+        An archive being written that holds the records kept (add records, e.g. metadata,
+        then :meth:`~IndexedTarArchive.close` it to publish it; :meth:`~IndexedTarArchive.abort`
+        to give up), and the report.
+    """
+    partial, final = find_partial(path)
+    target = final if dest is None else local_path(to_upath(dest))
+    if target is None:
+        raise ValueError(f"{dest}: recovered archives are written to local files")
+    if os.path.realpath(target) == os.path.realpath(partial):
+        raise ValueError(f"{dest}: the recovered archive can't be written over the file it is recovered from")
+    report = RecoveryReport(source=partial, archive=target)
+    with open(partial, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        latest: dict[str, _Kept] = {}
+        for kept in _scan(file, report):
+            if kept.key in latest:
+                report.superseded += 1
+                del latest[kept.key]  # the newer version takes the older one's place in key order
+            latest[kept.key] = kept
+    report.dropped_bytes = size - report.end
+    records = sorted(latest.values(), key=lambda kept: kept.offset)
+    report.records = len(records)
+    report.record_bytes = sum(kept.size for kept in records)
+    index = Index(
+        [kept.key for kept in records],
+        [kept.offset for kept in records],
+        [kept.size for kept in records],
+        [kept.crc for kept in records],
+    )
+    if dest is None and not report.damaged:
+        return IndexedTarArchive._resume(final, report.end, index), report
+    source = partial
+    if dest is None:
+        # The kept records are copied to a new partial file of the same name: the damaged
+        # one moves aside (kept, never deleted by recovery).
+        source = partial + ".damaged"
+        os.replace(partial, source)
+        report.source = source
+        report.notes.append(f"the unfinished file with damaged records was kept as {source}")
+    return _copy(source, target, records), report
+
+
+def _copy(partial: str, target: str, records: list[_Kept]) -> IndexedTarArchive:
+    """A new archive at ``target`` holding copies of ``records`` of the partial file."""
+    archive = IndexedTarArchive(target, mode="w")
+    try:
+        with open(partial, "rb") as file:
+            for kept in records:
+                file.seek(kept.offset)
+                payload = file.read(kept.size)
+                if checksum(payload) != kept.crc:  # changed since the scan
+                    raise ArchiveFormatError(
+                        f"record {kept.key!r} changed while it was recovered", archive=partial, key=kept.key
+                    )
+                archive.write(kept.key, payload)
+    except BaseException:
+        with contextlib.suppress(NcoreLikeError, OSError):
+            archive.abort()
+        raise
+    return archive

@@ -1,0 +1,150 @@
+"""Writers killed with SIGKILL at random points: nothing half-written appears at the
+archive's name, and ``recover`` gets back every record written before the last ``flush()``
+returned, with no wrong byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from upath import UPath
+
+from ncore_like import IndexedTarArchive, IndexedTarZarrStore, recover
+from tests.support.killed_writer import key, payload
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_and_kill(args: list[str], kill_after: int, delay: float) -> list[str]:
+    """Runs the writer, SIGKILLs it after ``kill_after`` lines of its log (plus ``delay``
+    seconds), and returns the lines it printed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.killed_writer", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        while len(lines) < kill_after:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line.strip())
+        time.sleep(delay)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        rest, _ = process.communicate(timeout=60)
+    lines += [line.strip() for line in rest.splitlines() if line.strip()]
+    return lines
+
+
+def expected(seed: int, count: int) -> dict[str, bytes]:
+    return {key(index): payload(seed, index) for index in range(count)}
+
+
+def flushed(lines: list[str]) -> int:
+    counts = [int(line.split()[1]) for line in lines if line.startswith("flushed ")]
+    return counts[-1] if counts else 0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_killed_raw_writers_lose_nothing_flushed(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    count, flush_every = 40, rng.choice((3, 7, 10))
+    path = tmp_path / "k.itar"
+    # Kill while writing records, right after a flush, or during close (the last lines).
+    kill_after = rng.randrange(1, count + count // flush_every + 2)
+    lines = run_and_kill([str(path), str(seed), str(count), str(flush_every), "records"], kill_after, rng.random() / 50)
+    data = expected(seed, count)
+    if path.exists():  # closed before the kill: complete and valid
+        assert "closing" in lines, lines
+        archive = IndexedTarArchive(path, verify_checksums=True)
+        assert {name: archive[name] for name in archive.keys()} == data
+        return
+    assert "closed" not in lines
+    before_flush = flushed(lines)
+    if not (tmp_path / "k.itar.partial").exists():
+        assert before_flush == 0, lines
+        return
+    report = recover(path)
+    archive = IndexedTarArchive(path, verify_checksums=True)
+    kept = {name: archive[name] for name in archive.keys()}
+    context = f"writer log {lines}, recovery {report}"
+    assert all(kept[name] == data[name] for name in kept), context  # no wrong byte
+    assert not report.damaged, context
+    assert {key(index) for index in range(before_flush)} <= kept.keys(), context
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_killed_hierarchy_writers_recover_a_consolidated_hierarchy(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(100 + seed)
+    count, flush_every = 16, 4
+    path = tmp_path / "h.itar"
+    kill_after = rng.randrange(flush_every + 1, count)
+    lines = run_and_kill([str(path), str(seed), str(count), str(flush_every), "hierarchy"], kill_after, 0.0)
+    before_flush = flushed(lines)
+    assert before_flush >= flush_every and not path.exists()
+    report = recover(path)
+    assert any("consolidated metadata regenerated" in note for note in report.notes), report.notes
+    frames = IndexedTarZarrStore(path, verify_checksums=True).open_root_group().group("frames")
+    data = expected(seed, count)
+    for index in range(before_flush):
+        name = key(index).rpartition("/")[2]
+        np.testing.assert_array_equal(frames.array(name).read(), np.frombuffer(data[key(index)], np.uint8))
+    with warnings.catch_warnings():
+        # Chunks of arrays written after the last flush are records outside the hierarchy,
+        # which the consolidated group doesn't list (zarr-python would warn about them).
+        warnings.simplefilter("error")
+        names = frames.members()
+    for name in names:
+        np.testing.assert_array_equal(frames.array(name).read(), np.frombuffer(data[f"frames/{name}"], np.uint8))
+
+
+def test_a_hierarchy_killed_before_its_first_flush_is_recovered_without_consolidation(tmp_path: Path) -> None:
+    path = tmp_path / "e.itar"
+    run_and_kill([str(path), "1", "30", "0", "hierarchy"], 10, 0.0)
+    report = recover(path)
+    assert any("no zarr root group" in note for note in report.notes), report.notes
+    assert IndexedTarArchive(path).keys()  # the chunk records are all there
+
+
+# -- object storage --------------------------------------------------------------------------
+
+
+def _exists(bucket: UPath, name: str) -> bool:
+    path = bucket / name
+    fs: Any = path.fs
+    fs.invalidate_cache()
+    return bool(path.exists())
+
+
+@pytest.mark.s3
+def test_a_failed_with_block_leaves_no_object(s3_bucket: UPath) -> None:
+    with pytest.raises(RuntimeError), IndexedTarArchive(s3_bucket / "f.itar", mode="w") as archive:
+        archive["a"] = os.urandom(1000)
+        raise RuntimeError("source failed")
+    assert not _exists(s3_bucket, "f.itar")
+    with IndexedTarArchive(s3_bucket / "f.itar", mode="w") as archive:
+        archive["a"] = b"1"
+    assert _exists(s3_bucket, "f.itar") and IndexedTarArchive(s3_bucket / "f.itar")["a"] == b"1"
+
+
+@pytest.mark.s3
+def test_a_writer_killed_mid_upload_leaves_no_object(s3_bucket: UPath, s3_storage_options: dict[str, Any]) -> None:
+    # 60 records of up to 200 kB: several multipart parts are on their way when it dies.
+    options = {**s3_storage_options, "default_block_size": 5 << 20}
+    lines = run_and_kill([f"{s3_bucket}/k.itar", "3", "60", "0", "records", json.dumps(options)], 50, 0.0)
+    assert "closed" not in lines
+    assert not _exists(s3_bucket, "k.itar")

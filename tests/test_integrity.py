@@ -1,0 +1,356 @@
+"""Integrity and crash safety: checksums written and verified, the index checked at open,
+atomic publish, flush and recovery of unfinished archives."""
+
+from __future__ import annotations
+
+import asyncio
+import lzma
+import os
+import random
+import subprocess
+import tarfile
+from pathlib import Path
+
+import crc32c
+import numpy as np
+import pytest
+from upath import UPath
+
+from ncore_like import (
+    ArchiveFormatError,
+    BloscCompression,
+    ChecksumError,
+    ConsolidatedMetadataError,
+    IndexedTarArchive,
+    IndexedTarZarrStore,
+    InvalidKeyError,
+    UnfinishedArchiveError,
+    recover,
+)
+from ncore_like.archive._format import BLOCK_SIZE, INDEX_HEADER_FORMAT, encode_index, pack_index_header
+from tests.support.fixtures import HttpRoot
+
+
+def records() -> dict[str, bytes]:
+    rng = random.Random(11)
+    data = {f"frames/{i:03d}": rng.randbytes(rng.randrange(0, 3000)) for i in range(20)}
+    data["long/" + "k" * 120] = b"pax header"
+    data["unicode/kamera_vorn_üß"] = "ü".encode()
+    data["big"] = rng.randbytes(1_300_000)  # outside the default tail read
+    data["last"] = b"in the tail"
+    return data
+
+
+def write(path: Path, data: dict[str, bytes], **options: object) -> None:
+    with IndexedTarArchive(path, mode="w", **options) as archive:  # type: ignore[arg-type]
+        for key, value in data.items():
+            archive[key] = value
+
+
+def flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        byte = file.read(1)[0]
+        file.seek(offset)
+        file.write(bytes([byte ^ 0x10]))
+
+
+# -- checksums written -----------------------------------------------------------------------
+
+
+def test_every_record_carries_its_crc32c_in_the_index_and_its_tar_header(tmp_path: Path) -> None:
+    data = records()
+    write(tmp_path / "a.itar", data)
+    archive = IndexedTarArchive(tmp_path / "a.itar")
+    assert archive.has_checksums
+    header_offset, index_size = archive.index_record or (0, 0)
+    table = __import__("cbor2").loads(lzma.decompress((tmp_path / "a.itar").read_bytes()[header_offset:][:index_size]))
+    expected = {key: crc32c.crc32c(value) for key, value in data.items()}
+    assert dict(zip(table["items"], table["crc32c"], strict=True)) == expected
+    raw = (tmp_path / "a.itar").read_bytes()
+    for key, record in archive.records.items():
+        block = raw[record.offset - BLOCK_SIZE : record.offset]
+        assert block[500:512] == b"CRC%08x\0" % expected[key], key
+    # tar itself sees the same members, names and sizes (it ignores those bytes).
+    with tarfile.open(tmp_path / "a.itar") as tar:
+        members = {member.name: (member.offset_data, member.size) for member in tar.getmembers()}
+    assert members == {key: (record.offset, record.size) for key, record in archive.records.items()}
+
+
+def test_archives_without_checksums_still_read(tmp_path: Path) -> None:
+    data = records()
+    write(tmp_path / "plain.itar", data, checksums=False)
+    archive = IndexedTarArchive(tmp_path / "plain.itar", verify_checksums=True)
+    assert not archive.has_checksums and not archive.verify_checksums
+    assert {key: archive[key] for key in data} == data
+
+
+# -- checksums verified ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    data = records()
+    write(tmp_path / "d.itar", data)
+    archive = IndexedTarArchive(tmp_path / "d.itar")
+    for key in ("frames/003", "big", "last"):
+        flip(tmp_path / "d.itar", archive.records[key].offset + archive.records[key].size // 2)
+    return tmp_path / "d.itar", data
+
+
+@pytest.mark.parametrize("tail", [None, 1 << 20])
+def test_verified_reads_never_hand_out_damaged_bytes(damaged: tuple[Path, dict[str, bytes]], tail: int | None) -> None:
+    path, data = damaged
+    archive = IndexedTarArchive(path, index_tail_read_size=tail, verify_checksums=True)
+    assert archive.verify_checksums
+    for key in ("frames/003", "big", "last"):  # "last" is served from the tail read when there is one
+        offset = archive.records[key].offset
+        with pytest.raises(
+            ChecksumError, match=rf"record {key!r} at offset {offset} doesn't match its CRC32C"
+        ) as raised:
+            archive.read(key)
+        assert (raised.value.archive, raised.value.key, raised.value.offset) == (str(path), key, offset)
+        assert isinstance(raised.value, ValueError)
+        with pytest.raises(ChecksumError):
+            asyncio.run(archive.read_async(key))
+        with pytest.raises(ChecksumError):
+            archive.read_range(key, 0, 10)
+        buffer = bytearray(b"\xff" * archive.records[key].size)
+        with pytest.raises(ChecksumError):
+            archive.read_into(key, memoryview(buffer))
+        # The damaged bytes never reach the caller's buffer: untouched, or zeroed.
+        assert buffer in (bytearray(b"\xff" * len(buffer)), bytearray(len(buffer)))
+    for key in data.keys() - {"frames/003", "big", "last"}:
+        assert archive[key] == data[key]
+
+
+def test_unverified_local_reads_are_the_default_and_return_the_stored_bytes(
+    damaged: tuple[Path, dict[str, bytes]],
+) -> None:
+    path, data = damaged
+    archive = IndexedTarArchive(path)
+    assert not archive.verify_checksums  # the documented default for local archives
+    assert archive["big"] != data["big"] and len(archive["big"]) == len(data["big"])
+
+
+def test_remote_reads_verify_by_default(http_root: HttpRoot) -> None:
+    data = records()
+    write(http_root.directory / "d.itar", data)
+    local = IndexedTarArchive(http_root.directory / "d.itar")
+    flip(http_root.directory / "d.itar", local.records["big"].offset + 7)
+    for range_reads in (False, True):
+        remote = IndexedTarArchive(UPath(f"{http_root.base_url}/d.itar"), remote_range_reads=range_reads)
+        assert remote.is_remote and remote.verify_checksums
+        with pytest.raises(ChecksumError, match="'big'"):
+            remote.read("big")
+        with pytest.raises(ChecksumError):
+            asyncio.run(remote.read_async("big"))
+        assert remote["frames/001"] == data["frames/001"]
+
+
+@pytest.mark.parametrize("compression", [None, BloscCompression()])
+def test_array_reads_check_their_chunks(tmp_path: Path, compression: BloscCompression | None) -> None:
+    values = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    with IndexedTarZarrStore(tmp_path / "z.itar", mode="w") as store:
+        root = store.create_root_group({})
+        root.create_array("v", values, chunks=(16, 64), compression=compression)
+        root.create_bytes_array("blob", bytes(range(256)) * 8)
+        store.consolidate()
+    archive = IndexedTarArchive(tmp_path / "z.itar")
+    flip(tmp_path / "z.itar", archive.records["v/2.0"].offset + 3)
+    flip(tmp_path / "z.itar", archive.records["blob/0"].offset + 3)
+    root = IndexedTarZarrStore(tmp_path / "z.itar", verify_checksums=True).open_root_group()
+    array = root.array("v")
+    np.testing.assert_array_equal(array.read(np.s_[:32]), values[:32])
+    for read in (lambda: array.read(), lambda: array.read(out=np.empty_like(values)), lambda: array.read(np.s_[40])):
+        with pytest.raises(ChecksumError, match="'v/2.0'"):
+            read()
+    with pytest.raises(ChecksumError, match="'blob/0'"):
+        root.array("blob").read_bytes()
+    with pytest.raises(ChecksumError):
+        asyncio.run(array.read_async())
+
+
+# -- the index is checked at open ------------------------------------------------------------
+
+
+def rewrite_index(path: Path, keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+    """Replaces the index of an archive (keeping its tar part)."""
+    raw = bytearray(path.read_bytes())
+    import struct
+
+    _, _, index_offset, _ = struct.unpack_from(INDEX_HEADER_FORMAT, raw, len(raw) - BLOCK_SIZE)
+    index = encode_index(keys, offsets, sizes)
+    body = bytes(raw[:index_offset]) + index + bytes(-len(index) % BLOCK_SIZE)
+    path.write_bytes(body + pack_index_header(index_offset, len(index)))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda o, s: s.__setitem__(1, -5), "entry 'b' .* has a negative size"),
+        (lambda o, s: o.__setitem__(1, o[1] + 1), "entry 'b' .* not block-aligned"),
+        (lambda o, s: o.__setitem__(1, 0), "entry 'b' .*before the first header"),
+        (lambda o, s: s.__setitem__(0, 600), "entry 'a' .* overlaps the next one, entry 'b'"),
+        (lambda o, s: o.__setitem__(1, o[0]), "entry 'a' .* overlaps the next one, entry 'b'"),
+        (lambda o, s: s.__setitem__(2, 10**6), "entry 'c' .* past the index"),
+    ],
+)
+def test_index_entries_outside_the_tar_data_are_refused_at_open(tmp_path: Path, change: object, message: str) -> None:
+    write(tmp_path / "i.itar", {"a": b"x" * 100, "b": b"y" * 700, "c": b"z"})
+    archive = IndexedTarArchive(tmp_path / "i.itar")
+    keys = archive.keys()
+    offsets = [archive.records[key].offset for key in keys]
+    sizes = [archive.records[key].size for key in keys]
+    change(offsets, sizes)  # type: ignore[operator]
+    rewrite_index(tmp_path / "i.itar", keys, offsets, sizes)
+    with pytest.raises(ArchiveFormatError, match=message) as raised:
+        IndexedTarArchive(tmp_path / "i.itar")
+    assert raised.value.key in keys
+
+
+def test_a_file_truncated_after_opening_makes_read_into_raise(tmp_path: Path) -> None:
+    data = {"a": b"a" * 2000, "big": os.urandom(2_000_000), "z": b"z"}
+    write(tmp_path / "t.itar", data)
+    archive = IndexedTarArchive(tmp_path / "t.itar", index_tail_read_size=None)
+    os.truncate(tmp_path / "t.itar", archive.records["big"].offset + 1000)
+    buffer = memoryview(bytearray(len(data["big"])))
+    with pytest.raises(ArchiveFormatError, match="truncated archive"):
+        archive.read_into("big", buffer)
+
+
+def test_the_consolidated_record_must_be_an_xz_stream(tmp_path: Path) -> None:
+    import cbor2
+
+    from ncore_like.store import CONSOLIDATED_KEY_V2
+
+    table = {"zarr_consolidated_format": 1, "metadata": {".zgroup": {"zarr_format": 2}}}
+    alone = lzma.compress(cbor2.dumps(table), format=lzma.FORMAT_ALONE)  # lzma reads it when asked to guess
+    assert lzma.decompress(alone) == cbor2.dumps(table)
+    with IndexedTarArchive(tmp_path / "c.itar", mode="w") as archive:
+        archive[".zgroup"] = b'{"zarr_format": 2}'
+        archive[CONSOLIDATED_KEY_V2] = alone
+    with pytest.raises(ConsolidatedMetadataError, match="is no xz stream"):
+        IndexedTarZarrStore(tmp_path / "c.itar").open_root_group()
+
+
+@pytest.mark.parametrize("key", ["a\\b", "..\\up", "c:\\x"])
+def test_keys_with_backslashes_are_refused(tmp_path: Path, key: str) -> None:
+    with IndexedTarArchive(tmp_path / "k.itar", mode="w") as archive, pytest.raises(InvalidKeyError, match="backslash"):
+        archive[key] = b"x"
+
+
+# -- atomic publish --------------------------------------------------------------------------
+
+
+def test_an_archive_appears_at_its_name_only_when_closed(tmp_path: Path) -> None:
+    path = tmp_path / "p.itar"
+    archive = IndexedTarArchive(path, mode="w")
+    archive["a"] = b"1"
+    archive.flush()
+    assert not path.exists() and (tmp_path / "p.itar.partial").exists()
+    archive.close()
+    assert path.exists() and not (tmp_path / "p.itar.partial").exists()
+    assert IndexedTarArchive(path)["a"] == b"1"
+
+
+def test_a_failed_with_block_publishes_nothing_and_keeps_the_old_archive(tmp_path: Path) -> None:
+    path = tmp_path / "p.itar"
+    write(path, {"old": b"old"})
+    before = path.read_bytes()
+    with pytest.raises(RuntimeError, match="camera died"), IndexedTarArchive(path, mode="w") as archive:
+        archive["new"] = b"new"
+        raise RuntimeError("camera died")
+    assert path.read_bytes() == before
+    # The records written are on disk in the partial file, for recovery.
+    assert (tmp_path / "p.itar.partial").exists()
+    with pytest.raises(UnfinishedArchiveError, match="recover"):
+        IndexedTarArchive(path, mode="w")
+    report = recover(path)
+    assert report.records == 1 and IndexedTarArchive(path).keys() == ["new"]
+
+
+def test_abort_discards_the_partial_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.itar"
+    archive = IndexedTarArchive(path, mode="w")
+    archive["a"] = b"1"
+    archive.abort()
+    assert not path.exists() and not (tmp_path / "p.itar.partial").exists()
+    archive.close()  # harmless after abort
+
+
+def test_a_failed_store_block_publishes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.itar"
+    with pytest.raises(KeyError), IndexedTarZarrStore(path, mode="w") as store:
+        store.create_root_group({}).create_array("a", np.arange(3))
+        raise KeyError("source missing")
+    assert not path.exists() and (tmp_path / "s.itar.partial").exists()
+
+
+# -- flush and recovery ----------------------------------------------------------------------
+
+
+def test_metadata_rewritten_after_a_flush_reads_in_its_last_version(tmp_path: Path) -> None:
+    path = tmp_path / "m.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive[".zattrs"] = b'{"v": 1}'
+        archive["chunk"] = b"c"
+        archive.flush()
+        archive[".zattrs"] = b'{"v": 2}'
+        assert archive[".zattrs"] == b'{"v": 2}' and archive.keys().count(".zattrs") == 1
+    reread = IndexedTarArchive(path)
+    assert reread.keys().count(".zattrs") == 1 and reread[".zattrs"] == b'{"v": 2}'
+    out = tmp_path / "x"
+    out.mkdir()
+    subprocess.run(["tar", "-xf", str(path), "-C", str(out)], check=True)  # the later member wins
+    assert (out / ".zattrs").read_bytes() == b'{"v": 2}'
+
+
+def test_recover_finishes_the_partial_file_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "r.itar"
+    data = records()
+    archive = IndexedTarArchive(path, mode="w")
+    for key, value in data.items():
+        archive[key] = value
+    archive.flush()
+    partial = tmp_path / "r.itar.partial"
+    size = partial.stat().st_size
+    with open(partial, "ab") as file:  # a torn record: a header and half its payload
+        file.write(IndexedTarArchive.__module__.encode()[:0])
+    del archive  # never closed: as if the writer died
+    with open(partial, "ab") as file:
+        from ncore_like.archive._format import member_header
+
+        file.write(member_header("torn", 5000, 0) + b"t" * 1000)
+    report = recover(tmp_path / "r.itar.partial")  # the partial file may be named too
+    assert report.records == len(data) and report.end == size and report.dropped_bytes == BLOCK_SIZE + 1000
+    assert not report.damaged and not report.unverified and "torn" in (report.stop or "")
+    recovered = IndexedTarArchive(path, verify_checksums=True)
+    assert {key: recovered[key] for key in recovered.keys()} == data
+    assert not partial.exists()
+
+
+def test_recover_drops_damaged_records_and_keeps_the_source(tmp_path: Path) -> None:
+    path = tmp_path / "r.itar"
+    data = records()
+    archive = IndexedTarArchive(path, mode="w")
+    for key, value in data.items():
+        archive[key] = value
+    archive.flush()
+    offset = archive.records["frames/004"].offset
+    flip(tmp_path / "r.itar.partial", offset + 1)
+    report = recover(path, tmp_path / "copy.itar")
+    assert report.damaged == ["frames/004"] and report.records == len(data) - 1
+    recovered = IndexedTarArchive(tmp_path / "copy.itar", verify_checksums=True)
+    assert {key: recovered[key] for key in recovered.keys()} == {k: v for k, v in data.items() if k != "frames/004"}
+    assert (tmp_path / "r.itar.partial").exists()  # recovering to another file leaves the source alone
+
+
+def test_recover_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no unfinished archive"):
+        recover(tmp_path / "none.itar")
+    write(tmp_path / "done.itar", {"a": b"1"})
+    with pytest.raises(FileNotFoundError, match="needs no recovery"):
+        recover(tmp_path / "done.itar")
+    with pytest.raises(ValueError, match="only local archives"):
+        recover("s3://bucket/x.itar")
