@@ -306,21 +306,24 @@ def test_metadata_rewritten_after_a_flush_reads_in_its_last_version(tmp_path: Pa
     assert (out / ".zattrs").read_bytes() == b'{"v": 2}'
 
 
-def test_recover_finishes_the_partial_file_in_place(tmp_path: Path) -> None:
-    path = tmp_path / "r.itar"
-    data = records()
+def unfinished(path: Path, data: dict[str, bytes]) -> IndexedTarArchive:
+    """An archive being written with ``data`` flushed, whose writer then "dies" (it is never
+    closed: its partial file stays)."""
     archive = IndexedTarArchive(path, mode="w")
     for key, value in data.items():
         archive[key] = value
     archive.flush()
+    return archive
+
+
+def test_recover_finishes_the_partial_file_in_place(tmp_path: Path) -> None:
+    from ncore_like.archive._format import member_header
+
+    path, data = tmp_path / "r.itar", records()
+    unfinished(path, data)
     partial = tmp_path / "r.itar.partial"
     size = partial.stat().st_size
-    with open(partial, "ab") as file:  # a torn record: a header and half its payload
-        file.write(IndexedTarArchive.__module__.encode()[:0])
-    del archive  # never closed: as if the writer died
-    with open(partial, "ab") as file:
-        from ncore_like.archive._format import member_header
-
+    with open(partial, "ab") as file:  # a torn record: a header and part of its payload
         file.write(member_header("torn", 5000, 0) + b"t" * 1000)
     report = recover(tmp_path / "r.itar.partial")  # the partial file may be named too
     assert report.records == len(data) and report.end == size and report.dropped_bytes == BLOCK_SIZE + 1000
@@ -330,20 +333,19 @@ def test_recover_finishes_the_partial_file_in_place(tmp_path: Path) -> None:
     assert not partial.exists()
 
 
-def test_recover_drops_damaged_records_and_keeps_the_source(tmp_path: Path) -> None:
-    path = tmp_path / "r.itar"
-    data = records()
-    archive = IndexedTarArchive(path, mode="w")
-    for key, value in data.items():
-        archive[key] = value
-    archive.flush()
-    offset = archive.records["frames/004"].offset
-    flip(tmp_path / "r.itar.partial", offset + 1)
-    report = recover(path, tmp_path / "copy.itar")
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_recover_drops_damaged_records_and_keeps_the_source(tmp_path: Path, elsewhere: bool) -> None:
+    path, data = tmp_path / "r.itar", records()
+    archive = unfinished(path, data)
+    flip(tmp_path / "r.itar.partial", archive.records["frames/004"].offset + 1)
+    target = tmp_path / "copy.itar" if elsewhere else path
+    report = recover(path, target if elsewhere else None)
     assert report.damaged == ["frames/004"] and report.records == len(data) - 1
-    recovered = IndexedTarArchive(tmp_path / "copy.itar", verify_checksums=True)
+    recovered = IndexedTarArchive(target, verify_checksums=True)
     assert {key: recovered[key] for key in recovered.keys()} == {k: v for k, v in data.items() if k != "frames/004"}
-    assert (tmp_path / "r.itar.partial").exists()  # recovering to another file leaves the source alone
+    # The file with the damaged record is never deleted by recovery.
+    source = tmp_path / ("r.itar.partial" if elsewhere else "r.itar.partial.damaged")
+    assert source.exists() and report.source == str(source)
 
 
 def test_recover_errors(tmp_path: Path) -> None:
