@@ -20,6 +20,7 @@ __all__ = [
     "EventLoopError",
     "InvalidKeyError",
     "NcoreLikeError",
+    "NodeMetadataError",
     "ReadOnlyError",
     "RecordExistsError",
     "UnfinishedArchiveError",
@@ -97,6 +98,11 @@ class ConsolidatedMetadataError(NcoreLikeError, ValueError):
 class UnfinishedArchiveError(NcoreLikeError, FileExistsError):
     """Writing an archive found the unfinished (partial) file of an earlier writer of the
     same name, which it never overwrites: recover it (:func:`ncore_like.recover`) or delete it."""
+
+
+class NodeMetadataError(NcoreLikeError, ValueError):
+    """A node's metadata (``.zarray``, ``.zgroup``, ``.zattrs``, ``zarr.json``) can't be
+    understood: not JSON, or fields zarr-python rejects."""
 
 
 class EventLoopError(NcoreLikeError, RuntimeError):

@@ -8,8 +8,10 @@ zarr-python 2 module beside this one would provide in its own way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from abc import abstractmethod
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import numcodecs
@@ -24,6 +26,7 @@ from zarr.core.sync import _get_loop
 from zarr.storage import FsspecStore, LocalStore, StorePath
 
 from .._concurrency import sync
+from ..errors import NcoreLikeError, NodeMetadataError
 
 __all__ = [
     "Blosc",
@@ -50,6 +53,8 @@ __all__ = [
     "guess_chunks",
     "is_group",
     "local_store",
+    "member_names",
+    "member_nodes",
     "open_group",
     "open_member",
     "raw_chunk_layout",
@@ -142,9 +147,37 @@ def create_group(store: ZarrStore, attributes: dict[str, Any], zarr_format: Zarr
     return zarr.Group.from_store(store, attributes=attributes, zarr_format=zarr_format, overwrite=False)
 
 
+@contextlib.contextmanager
+def _parsing(where: object, path: str) -> Iterator[None]:
+    """Turns what zarr-python (or numcodecs) raises for node metadata it can't understand
+    (damaged JSON: TypeErrors, KeyErrors...) into :class:`NodeMetadataError`."""
+    try:
+        yield
+    except (NcoreLikeError, FileNotFoundError):
+        raise
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as error:
+        name = path or "/"
+        raise NodeMetadataError(
+            f"the metadata of node {name!r} can't be understood ({type(error).__name__}: {error})", archive=str(where)
+        ) from error
+
+
 def open_group(store: ZarrStore) -> zarr.Group:
     """Opens the root group for reading from its node metadata records."""
-    return zarr.open_group(store=store, mode="r", use_consolidated=False)
+    with _parsing(store, ""):
+        return zarr.open_group(store=store, mode="r", use_consolidated=False)
+
+
+def member_names(group: zarr.Group) -> list[str]:
+    """Names of the direct members of a group (their metadata is parsed)."""
+    with _parsing(group.store, group.path):
+        return [name for name, _ in group.members()]
+
+
+def member_nodes(group: zarr.Group) -> list[tuple[str, ZarrNode]]:
+    """The direct members of a group with their names."""
+    with _parsing(group.store, group.path):
+        return list(group.members())
 
 
 def group_from_node_metadata(store: ZarrStore, root: dict[str, Any], members: dict[str, dict[str, Any]]) -> zarr.Group:
@@ -360,17 +393,19 @@ def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
     node built from its metadata, without a round trip through zarr-python's event-loop
     thread (which costs a few hundred microseconds per member); others go through zarr.
     """
-    import json
-
-    from zarr.core.array import AsyncArray, parse_array_metadata
-
     store = group.store
+    full = f"{group.path}/{path}" if group.path else path
     if not isinstance(store, SyncZarrStore):
         try:
             return group[path]
         except KeyError:
             return None
-    full = f"{group.path}/{path}" if group.path else path
+    with _parsing(store, full):
+        return _open_member_sync(group, store, full)
+
+
+def _open_member_sync(group: zarr.Group, store: SyncZarrStore, full: str) -> zarr.Group | ZarrArray | None:
+    from zarr.core.array import AsyncArray, parse_array_metadata
 
     def load(name: str) -> Any:
         buffer = store.get_sync(f"{full}/{name}")

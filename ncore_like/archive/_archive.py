@@ -255,6 +255,13 @@ class IndexedTarArchive:
         if cached is None:
             index = decode_index(data, header, self._name)
             self._set_index(index)
+            if len(self._positions) != len(index.keys):
+                # Two entries of one key: reads would return one of two payloads.
+                seen: set[str] = set()
+                duplicate = next(key for key in index.keys if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+                raise ArchiveFormatError(
+                    f"corrupt record index: key {duplicate!r} has two entries", archive=self._name, key=duplicate
+                )
             _decoded_indices.put((header.offset, data), (index, self._positions))
         else:
             self._set_index(*cached)

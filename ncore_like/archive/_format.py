@@ -65,6 +65,8 @@ INDEX_TYPE_CBOR_XZ = 1
 INDEX_HEADER_FORMAT = "<4sIQI"  # magic, index type, index offset, index size
 _INDEX_HEADER_SIZE = struct.calcsize(INDEX_HEADER_FORMAT)
 _ZERO_BLOCK = bytes(BLOCK_SIZE)
+#: No archive is this large (4 EiB); larger offsets in an index header are damage.
+_MAX_FILE_SIZE = 1 << 62
 #: The index key of the payloads' CRC32C list (unknown to nvidia-ncore, which ignores it).
 INDEX_CHECKSUMS_KEY = "crc32c"
 # Where a member header keeps its payload's CRC32C: the 12 bytes after the ustar prefix.
@@ -214,6 +216,9 @@ def unpack_index_header(block: bytes | memoryview, archive: str) -> IndexHeader:
             f"unknown index type {index_type} (this version reads type {INDEX_TYPE_CBOR_XZ})",
             archive=archive,
         )
+    if offset >= _MAX_FILE_SIZE or offset % BLOCK_SIZE:
+        # Bounded, so that no sum of offsets and sizes below can overflow 64 bits.
+        raise ArchiveFormatError(f"corrupt index header (index offset {offset})", archive=archive)
     return IndexHeader(index_type, offset, size)
 
 
@@ -299,8 +304,11 @@ def _check_entries(
     size that is not negative, before the index, and clear of the next payload's header."""
     order = np.argsort(offsets, kind="stable")
     start, size = offsets[order], sizes[order]
-    end = start + size
-    bad = (start < BLOCK_SIZE) | (start % BLOCK_SIZE != 0) | (size < 0) | (end > header.offset)
+    # Compared before anything is added: the header's offset is below 2**62, so sums of
+    # bounded values can't wrap around.
+    beyond = (start > header.offset) | (size > header.offset)
+    end = np.where(beyond, header.offset + 1, start + np.where(beyond, 0, size))
+    bad = (start < BLOCK_SIZE) | (start % BLOCK_SIZE != 0) | (size < 0) | beyond | (end > header.offset)
     # Between two payloads lies at least the second one's header block: overlap[i] flags the
     # pair of entries i and i + 1.
     padded_end = end + (-end % BLOCK_SIZE)

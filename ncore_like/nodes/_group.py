@@ -15,6 +15,8 @@ from .._compat import (
     chunk_key,
     create_array_node,
     is_group,
+    member_names,
+    member_nodes,
     open_member,
     record_exists,
     write_record,
@@ -135,7 +137,7 @@ class Group(Node[ZarrGroup]):
 
     def members(self) -> list[str]:
         """Names of all direct members (sorted)."""
-        return sorted(name for name, _ in self._node.members())
+        return sorted(member_names(self._node))
 
     def keys(self) -> list[str]:
         """Names of all direct members, see :meth:`members`."""
@@ -143,7 +145,7 @@ class Group(Node[ZarrGroup]):
 
     def items(self) -> Iterator[tuple[str, Group | Array]]:
         """The direct members with their names (sorted by name, opened while iterating)."""
-        for name, node in sorted(self._node.members(), key=lambda item: item[0]):
+        for name, node in sorted(member_nodes(self._node), key=lambda item: item[0]):
             if self._cache is None:
                 yield name, self._wrap(node)
             else:
