@@ -356,3 +356,16 @@ def test_recover_errors(tmp_path: Path) -> None:
         recover(tmp_path / "done.itar")
     with pytest.raises(ValueError, match="only local archives"):
         recover("s3://bucket/x.itar")
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_read_range_clips_to_the_payload_whether_verified_or_not(tmp_path: Path, verify: bool) -> None:
+    write(tmp_path / "r.itar", {"k": b"0123456789", "big": os.urandom(2_000_000)})
+    archive = IndexedTarArchive(tmp_path / "r.itar", index_tail_read_size=None, verify_checksums=verify)
+    cases = [((2, 5), b"234"), ((-3, 5), b"01234"), ((-3, 100), b"0123456789"), ((8, 3), b""), ((20, 30), b"")]
+    for (start, stop), expected in cases:
+        assert archive.read_range("k", start, stop) == expected, (start, stop)
+        assert asyncio.run(archive.read_range_async("k", start, stop)) == expected, (start, stop)
+    with IndexedTarArchive(tmp_path / "w.itar", mode="w") as writer:
+        writer["k"] = b"0123456789"
+        assert writer.read_range("k", -3, 5) == b"01234"

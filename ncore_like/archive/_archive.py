@@ -76,6 +76,12 @@ class _RecordsView(Mapping[str, Record]):
         return key in self._archive._positions
 
 
+def _clipped(start: int, stop: int, size: int) -> tuple[int, int]:
+    """``[start, stop)`` clipped to a payload of ``size`` bytes (negative bounds count as 0,
+    not from the end: byte ranges, not Python slices)."""
+    return max(0, min(start, size)), max(0, min(stop, size))
+
+
 def _open_source(upath: UPath, range_reads: bool) -> RecordSource:
     path = local_path(upath)
     if path is not None:
@@ -543,11 +549,12 @@ class IndexedTarArchive:
         requests of zarr stores, e.g. sharded arrays): one read of just those bytes (of the
         whole record when checksums are verified)."""
         if self._writer is not None:
-            return self._read_while_writing(key)[start:stop]
+            whole = self._read_while_writing(key)
+            return whole[slice(*_clipped(start, stop, len(whole)))]
+        offset, size = self._locate(key)
+        start, stop = _clipped(start, stop, size)
         if self.verify_checksums:
             return self.read(key)[start:stop]
-        offset, size = self._locate(key)
-        start, stop = max(0, min(start, size)), max(0, min(stop, size))
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data
@@ -569,11 +576,12 @@ class IndexedTarArchive:
     async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
         """:meth:`read_range` without blocking the running event loop."""
         if self._writer is not None:
-            return (await run_in_worker(self._read_while_writing, key))[start:stop]
+            whole = await run_in_worker(self._read_while_writing, key)
+            return whole[slice(*_clipped(start, stop, len(whole)))]
+        offset, size = self._locate(key)
+        start, stop = _clipped(start, stop, size)
         if self.verify_checksums:
             return (await self.read_async(key))[start:stop]
-        offset, size = self._locate(key)
-        start, stop = max(0, min(start, size)), max(0, min(stop, size))
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data
