@@ -331,6 +331,9 @@ def test_recover_finishes_the_partial_file_in_place(tmp_path: Path) -> None:
     recovered = IndexedTarArchive(path, verify_checksums=True)
     assert {key: recovered[key] for key in recovered.keys()} == data
     assert not partial.exists()
+    # GNU tar lists the recovered archive as the records (the torn member is gone).
+    listing = subprocess.run(["tar", "-tf", str(path)], check=True, capture_output=True, text=True).stdout
+    assert listing.splitlines() == list(data)
 
 
 @pytest.mark.parametrize("elsewhere", [False, True])
