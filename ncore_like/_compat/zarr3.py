@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from abc import abstractmethod
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import numcodecs
@@ -44,6 +45,7 @@ __all__ = [
     "blosc_compressor",
     "byte_range_bounds",
     "chunk_key",
+    "chunk_key_encoder",
     "chunk_projections",
     "create_array_node",
     "create_group",
@@ -249,6 +251,40 @@ def chunk_key(array: ZarrArray, coords: tuple[int, ...]) -> str:
     """The store key of a chunk of an array."""
     prefix = f"{array.path}/" if array.path else ""
     return prefix + array.metadata.encode_chunk_key(coords)
+
+
+class _ChunkKeys:
+    """Store keys of an array's chunks by coordinates: ``prefix`` + the coordinates joined
+    by ``separator`` (``zero_d`` for a 0-dimensional array's one chunk). Picklable."""
+
+    def __init__(self, prefix: str, separator: str, zero_d: str) -> None:
+        self._prefix, self._separator, self._zero_d = prefix, separator, zero_d
+
+    def __call__(self, coords: tuple[int, ...]) -> str:
+        if not coords:
+            return self._zero_d
+        return self._prefix + self._separator.join(map(str, coords))
+
+
+def chunk_key_encoder(array: ZarrArray) -> Callable[[tuple[int, ...]], str]:
+    """A function giving the store key of a chunk of ``array`` from its coordinates, the
+    same as :func:`chunk_key` but without zarr-python's per-call machinery for the standard
+    encodings (``0.1``, ``0/1``, ``c/0/1``)."""
+    from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
+
+    path = f"{array.path}/" if array.path else ""
+    metadata = array.metadata
+    if metadata.zarr_format == 2:
+        encoding: Any = V2ChunkKeyEncoding(separator=metadata.dimension_separator)
+    else:
+        encoding = metadata.chunk_key_encoding
+    separator = getattr(encoding, "separator", None)
+    if separator in (".", "/"):
+        if type(encoding) is V2ChunkKeyEncoding:
+            return _ChunkKeys(path, separator, path + "0")
+        if type(encoding) is DefaultChunkKeyEncoding:
+            return _ChunkKeys(f"{path}c{separator}", separator, path + "c")
+    return functools.partial(chunk_key, array)
 
 
 def array_zarr_format(array: ZarrArray | zarr.Group) -> ZarrFormat:

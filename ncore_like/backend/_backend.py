@@ -89,11 +89,11 @@ class Backend:
 
     def shape(self, array: ZarrArray, selection: Any, *, memo: dict[str, Any] | None = None) -> tuple[int, ...]:
         """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
-        complete reads take it from the memoised plan, which the read then uses too."""
-        if selection is Ellipsis:
-            fast = self._fast(array, selection, memo)
-            if not isinstance(fast, str):
-                return fast[1].shape
+        from the fast path's plan where there is one, which the read of the same selection
+        then uses too."""
+        fast = self._fast(array, selection, memo)
+        if not isinstance(fast, str):
+            return fast[1].shape
         kind = selection_kind(array, selection)
         return selection_shape(array, selection, kind)
 
@@ -113,7 +113,14 @@ class Backend:
             if plan is None:
                 plan = memo["plan"] = plan_read(array, layout, selection)
         else:
-            plan = plan_read(array, layout, selection)
+            # The plan of the last selection: a read with out= plans once for the shape check
+            # and the read (the same object is the same selection: selections are immutable).
+            last = memo.get("last")
+            if last is not None and last[0] is selection:
+                plan = last[1]
+            else:
+                plan = plan_read(array, layout, selection)
+                memo["last"] = (selection, plan)
         if isinstance(plan, str):
             return plan
         return layout, plan

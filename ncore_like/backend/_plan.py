@@ -2,15 +2,21 @@
 
 :func:`chunk_layout` decides whether the fast path understands an array's chunks (raw or
 Blosc-compressed C-order elements in an indexed tar archive) and names the reason when it
-doesn't; :func:`plan_read` maps a selection to one :class:`ChunkTask` per touched chunk,
-using zarr-python's own indexers so selections mean (and fail) exactly as in zarr-python.
+doesn't; :func:`plan_read` maps a selection to one :class:`ChunkTask` per touched chunk.
+Ints, unit-step slices and Ellipsis (the selections of most reads: a row, a frame, a
+block) are planned directly from the chunk layout (:func:`plan_basic`), which costs a few
+microseconds instead of zarr-python's indexer machinery; anything else, and every invalid
+selection, goes through zarr-python's own indexers, so selections mean (and fail) exactly as
+in zarr-python.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,6 +25,7 @@ from .._compat import (
     array_zarr_format,
     blosc_compressor,
     chunk_key,
+    chunk_key_encoder,
     chunk_projections,
     raw_chunk_layout,
     selection_kind,
@@ -33,7 +40,9 @@ __all__ = [
     "chunk_layout",
     "is_blob",
     "is_bytes_like",
+    "plan_basic",
     "plan_read",
+    "plan_with_zarr",
 ]
 
 
@@ -69,15 +78,19 @@ class ChunkLayout:
     chunk_shape: tuple[int, ...]
     compressed: bool
     fill_value: Any
+    shape: tuple[int, ...]
+    """Shape of the array."""
+    chunk_key: Callable[[tuple[int, ...]], str]
+    """The store key of a chunk by its coordinates."""
 
     @property
     def chunk_nbytes(self) -> int:
         return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
 
 
-@dataclass(frozen=True)
-class ChunkTask:
-    """One chunk of a read: its record (None if not stored) and where its values go."""
+class ChunkTask(NamedTuple):
+    """One chunk of a read: its record (None if not stored) and where its values go (a
+    named tuple: made for every chunk of every read, and cheaper than a dataclass)."""
 
     key: str
     size: int
@@ -90,8 +103,7 @@ class ChunkTask:
     output, when the output region is contiguous)."""
 
 
-@dataclass(frozen=True)
-class ReadPlan:
+class ReadPlan(NamedTuple):
     """The chunks of a read and the shape of its output."""
 
     shape: tuple[int, ...]
@@ -120,7 +132,15 @@ def chunk_layout(array: ZarrArray) -> ChunkLayout | str:
         return "codecs other than one Blosc compressor"
     if stored_dtype.hasobject or stored_dtype.kind in "OUTV" or stored_dtype.itemsize == 0:
         return f"dtype {stored_dtype} is not stored as fixed-size elements"
-    return ChunkLayout(archive, stored_dtype, chunk_shape, compression is not None, array.fill_value)
+    return ChunkLayout(
+        archive,
+        stored_dtype,
+        chunk_shape,
+        compression is not None,
+        array.fill_value,
+        tuple(array.shape),
+        chunk_key_encoder(array),
+    )
 
 
 def _full_chunk(chunk_selection: Any, chunk_shape: tuple[int, ...]) -> bool:
@@ -136,9 +156,134 @@ def _full_chunk(chunk_selection: Any, chunk_shape: tuple[int, ...]) -> bool:
     return True
 
 
+_Dim = int | tuple[int, int]  # an index, or the [start, stop) of a unit-step slice
+# Per chunk and dimension: chunk index, selection in the chunk, selection in the output
+# (None where an index drops the dimension), whether the whole chunk is taken.
+_Entry = tuple[int, Any, Any, bool]
+
+
+def _basic_dims(selection: Any, shape: tuple[int, ...]) -> list[_Dim] | None:
+    """Per dimension, the index or the ``[start, stop)`` a selection of ints, unit-step
+    slices and at most one Ellipsis takes; None for anything else or anything invalid
+    (zarr-python's indexers then plan it, or raise its error)."""
+    items = selection if type(selection) is tuple else (selection,)
+    ndim = len(shape)
+    ellipses = [position for position, item in enumerate(items) if item is Ellipsis]
+    if ellipses:
+        at = ellipses[0]
+        fill = ndim - len(items) + 1
+        if fill < 0 or len(ellipses) > 1:
+            return None
+        items = items[:at] + (slice(None),) * fill + items[at + 1 :]
+    elif len(items) < ndim:
+        items = items + (slice(None),) * (ndim - len(items))
+    if len(items) != ndim:
+        return None
+    dims: list[_Dim] = []
+    for item, size in zip(items, shape, strict=True):
+        if type(item) is int or isinstance(item, np.integer):  # bool (an int) is excluded
+            index = int(item) + size if item < 0 else int(item)
+            if not 0 <= index < size:
+                return None
+            dims.append(index)
+        elif type(item) is slice and item.step in (None, 1):
+            start, stop, _ = item.indices(size)
+            dims.append((start, max(start, stop)))
+        else:
+            return None
+    return dims
+
+
+def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
+    """The plan of a selection of ints, unit-step slices and Ellipsis, made from the chunk
+    layout alone (the same tasks as zarr-python's basic indexer); None for other
+    selections."""
+    dims = _basic_dims(selection, layout.shape)
+    if dims is None:
+        return None
+    chunk_shape = layout.chunk_shape
+    get = layout.archive.records.get
+    if all(_within_one_chunk(dim, chunk) for dim, chunk in zip(dims, chunk_shape, strict=True)):
+        return _plan_one_chunk(layout, dims, get)
+    per_dim: list[list[_Entry]] = []
+    for dim, chunk in zip(dims, chunk_shape, strict=True):
+        if type(dim) is int:
+            per_dim.append([(dim // chunk, dim % chunk, None, chunk == 1)])
+            continue
+        start, stop = dim  # type: ignore[misc]
+        entries: list[_Entry] = []
+        for index in range(start // chunk, -(-stop // chunk) if stop > start else 0):
+            low, high = max(start, index * chunk), min(stop, (index + 1) * chunk)
+            offset = index * chunk
+            entries.append(
+                (index, slice(low - offset, high - offset, 1), slice(low - start, high - start), high - low == chunk)
+            )
+        per_dim.append(entries)
+    shape = tuple(dim[1] - dim[0] for dim in dims if type(dim) is tuple)
+    tasks = []
+    for combination in itertools.product(*per_dim):
+        key = layout.chunk_key(tuple(entry[0] for entry in combination))
+        record = get(key)
+        tasks.append(
+            ChunkTask(
+                key=key,
+                size=record.size if record is not None else 0,
+                stored=record is not None,
+                chunk_selection=tuple(entry[1] for entry in combination),
+                out_selection=tuple(entry[2] for entry in combination if entry[2] is not None),
+                full=all(entry[3] for entry in combination),
+            )
+        )
+    return ReadPlan(shape, tasks, ())
+
+
+def _within_one_chunk(dim: _Dim, chunk: int) -> bool:
+    if type(dim) is int:
+        return True
+    start, stop = dim  # type: ignore[misc]
+    return bool(start < stop and start // chunk == (stop - 1) // chunk)
+
+
+def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim], get: Callable[[str], Any]) -> ReadPlan:
+    """:func:`plan_basic` of a selection within one chunk (a row, a frame): the common case,
+    written out."""
+    coords = []
+    chunk_selection: list[Any] = []
+    out_selection = []
+    shape = []
+    full = True
+    for dim, chunk in zip(dims, layout.chunk_shape, strict=True):
+        if type(dim) is int:
+            index = dim // chunk
+            chunk_selection.append(dim - index * chunk)
+            full = full and chunk == 1
+        else:
+            start, stop = dim  # type: ignore[misc]
+            index = start // chunk
+            offset = index * chunk
+            chunk_selection.append(slice(start - offset, stop - offset, 1))
+            out_selection.append(slice(0, stop - start))
+            shape.append(stop - start)
+            full = full and stop - start == chunk
+        coords.append(index)
+    key = layout.chunk_key(tuple(coords))
+    record = get(key)
+    size = 0 if record is None else record.size
+    task = ChunkTask(key, size, record is not None, tuple(chunk_selection), tuple(out_selection), full)
+    return ReadPlan(tuple(shape), [task], ())
+
+
 def plan_read(array: ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
     """The chunk tasks of ``array[selection]``, or why the fast path doesn't take the
     selection (zarr-python's errors for invalid selections)."""
+    basic = plan_basic(layout, selection)
+    if basic is not None:
+        return basic
+    return plan_with_zarr(array, layout, selection)
+
+
+def plan_with_zarr(array: ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
+    """:func:`plan_read` through zarr-python's indexers (any selection it takes)."""
     kind = selection_kind(array, selection)
     if kind == "fancy":
         if array.ndim != 1:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from types import EllipsisType
 from typing import Any
 
@@ -22,18 +20,17 @@ Selection = Any  # ints, slices, Ellipsis, index lists, masks, tuples of them (a
 NDArray = np.ndarray[Any, Any]
 
 
-@contextlib.contextmanager
-def _naming(where: str) -> Iterator[None]:
-    """Re-raises invalid-selection errors as the same class (so callers catch what
-    zarr-python raises) with the array and its store named."""
+#: Errors of invalid selections, re-raised with the array and its store named.
+_SELECTION_ERRORS = (IndexError, TypeError)
+
+
+def _named(error: BaseException, where: str) -> BaseException:
+    """``error`` as the same class (so callers catch what zarr-python raises) with the array
+    and its store named; ``error`` itself if its class takes another constructor."""
     try:
-        yield
-    except (IndexError, TypeError) as error:
-        try:
-            named = type(error)(f"{where}: {error}")
-        except Exception:  # an error class with another constructor: keep it as it is
-            raise error from None
-        raise named from error
+        return type(error)(f"{where}: {error}")
+    except Exception:
+        return error
 
 
 def _is_basic_write_selection(selection: Any) -> bool:
@@ -112,11 +109,14 @@ class Array(Node[ZarrArray]):
     def _where(self) -> str:
         return f"array {self.path!r} of {self._node.store}"
 
-    def _prepare(self, selection: Selection, out: NDArray | None) -> None:
-        if out is not None:
-            with _naming(self._where()):
-                shape = self._backend.shape(self._node, selection, memo=self._memo)
-            self._checked_out(out, shape)
+    def _shape_of(self, selection: Selection) -> tuple[int, ...]:
+        try:
+            return self._backend.shape(self._node, selection, memo=self._memo)
+        except _SELECTION_ERRORS as error:
+            named = _named(error, self._where())
+            if named is error:
+                raise
+            raise named from error
 
     @staticmethod
     def _finish(result: NDArray, out: NDArray | None) -> NDArray:
@@ -134,17 +134,31 @@ class Array(Node[ZarrArray]):
         selection's shape, checked before reading) the values land in ``out``, which is
         returned itself (still writeable, of its own type, e.g. ``numpy.memmap``).
         """
-        self._prepare(selection, out)
-        with _naming(self._where()):
+        # The error handling is written out: a context manager costs a noticeable share of
+        # a one-chunk read.
+        if out is not None:
+            self._checked_out(out, self._shape_of(selection))
+        try:
             result = self._backend.read(self._node, selection, out, memo=self._memo)
+        except _SELECTION_ERRORS as error:
+            named = _named(error, self._where())
+            if named is error:
+                raise
+            raise named from error
         return self._finish(result, out)
 
     async def read_async(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:
         """:meth:`read` without blocking the running event loop; concurrent reads (e.g. with
         ``asyncio.gather``) overlap their I/O and decoding."""
-        self._prepare(selection, out)
-        with _naming(self._where()):
+        if out is not None:
+            self._checked_out(out, self._shape_of(selection))
+        try:
             result = await self._backend.read_async(self._node, selection, out, memo=self._memo)
+        except _SELECTION_ERRORS as error:
+            named = _named(error, self._where())
+            if named is error:
+                raise
+            raise named from error
         return self._finish(result, out)
 
     def read_bytes(self) -> bytes:
