@@ -449,12 +449,20 @@ def test_plans_from_the_layout_match_zarr_pythons_indexer(
     path = tmp_path / f"p{zarr_format}-{uuid.uuid4().hex}.itar"
     values = np.arange(int(np.prod(shape)), dtype=np.int16).reshape(shape)
     write(path, lambda root: root.create_array("x", values, chunks=chunks, compression=None), zarr_format)
-    array = IndexedTarZarrStore(path).open_root_group().array("x").zarr
+    array = IndexedTarZarrStore(path).open_root_group().array("x")
     layout = chunk_layout(array)
-    assert not isinstance(layout, str)
+    assert not isinstance(layout, str) and array.view is not None
+    # The layout from the metadata view is the one from zarr-python's metadata.
+    from_zarr = chunk_layout(Array(array.zarr))
+    assert not isinstance(from_zarr, str)
+    for field in ("archive", "stored_dtype", "chunk_shape", "compressed", "shape", "dtype"):
+        assert getattr(layout, field) == getattr(from_zarr, field), field
+    assert np.array_equal(np.asarray(layout.fill_value), np.asarray(from_zarr.fill_value), equal_nan=True)
+    corner = tuple(max(0, -(-size // chunk) - 1) for size, chunk in zip(shape, chunks, strict=True))
+    assert layout.chunk_key(corner) == from_zarr.chunk_key(corner)
     ours = plan_basic(layout, selection)
     assert ours is not None, selection
-    theirs = plan_with_zarr(array, layout, selection)
+    theirs = plan_with_zarr(array.zarr, layout, selection)
     assert not isinstance(theirs, str)
     assert ours.shape == theirs.shape == values[selection].shape
     if 0 not in ours.shape:  # zarr-python may plan empty reads of chunks; the layout plans none

@@ -41,6 +41,7 @@ __all__ = [
     "ZarrGroup",
     "ZarrNode",
     "ZarrStore",
+    "array_from_document",
     "array_zarr_format",
     "blosc_compressor",
     "byte_range_bounds",
@@ -51,6 +52,7 @@ __all__ = [
     "create_group",
     "default_buffer_prototype",
     "fsspec_store",
+    "group_from_document",
     "group_from_node_metadata",
     "guess_chunks",
     "is_group",
@@ -438,6 +440,21 @@ def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
             return None
     with _parsing(store, full):
         return _open_member_sync(group, store, full)
+
+
+def array_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -> ZarrArray:
+    """zarr-python's array at ``path`` from its metadata document (v2: ``.zarray`` plus
+    ``"attributes"``; v3: ``zarr.json``), without store I/O."""
+    from zarr.core.array import AsyncArray, parse_array_metadata
+
+    with _parsing(store, path):
+        return zarr.Array(AsyncArray(metadata=parse_array_metadata(document), store_path=StorePath(store, path)))
+
+
+def group_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -> zarr.Group:
+    """zarr-python's group at ``path`` from its metadata document, without store I/O."""
+    with _parsing(store, path):
+        return zarr.Group(AsyncGroup.from_dict(StorePath(store, path), document))
 
 
 def _open_member_sync(group: zarr.Group, store: SyncZarrStore, full: str) -> zarr.Group | ZarrArray | None:

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import ZarrArray, read_selection, selection_kind, selection_shape
+from .._compat import read_selection, selection_kind, selection_shape
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from ._decode import decode_into, scratch_buffer
-from ._plan import ChunkLayout, ChunkTask, ReadPlan, chunk_layout, is_bytes_like, plan_read
+from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, chunk_layout, is_bytes_like, plan_read
 
 __all__ = ["Backend"]
 
@@ -87,18 +87,18 @@ class Backend:
 
     # -- planning ------------------------------------------------------------------------
 
-    def shape(self, array: ZarrArray, selection: Any, *, memo: dict[str, Any] | None = None) -> tuple[int, ...]:
+    def shape(self, array: ArraySource, selection: Any, *, memo: dict[str, Any] | None = None) -> tuple[int, ...]:
         """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
         from the fast path's plan where there is one, which the read of the same selection
         then uses too."""
         fast = self._fast(array, selection, memo)
         if not isinstance(fast, str):
             return fast[1].shape
-        kind = selection_kind(array, selection)
-        return selection_shape(array, selection, kind)
+        zarr_array = array.zarr
+        return selection_shape(zarr_array, selection, selection_kind(zarr_array, selection))
 
     def _fast(
-        self, array: ZarrArray, selection: Any, memo: dict[str, Any] | None
+        self, array: ArraySource, selection: Any, memo: dict[str, Any] | None
     ) -> tuple[ChunkLayout, ReadPlan] | str:
         """The fast path's layout and plan (memoised per array: an archive opened for reading
         doesn't change), or why the fast path doesn't apply."""
@@ -126,14 +126,14 @@ class Backend:
         return layout, plan
 
     @staticmethod
-    def _view_task(array: ZarrArray, layout: ChunkLayout, plan: ReadPlan) -> ChunkTask | None:
+    def _view_task(array: ArraySource, layout: ChunkLayout, plan: ReadPlan) -> ChunkTask | None:
         """The record whose bytes are the whole result (one raw chunk read completely)."""
-        if layout.compressed or len(plan.tasks) != 1 or plan.shape != tuple(array.shape):
+        if layout.compressed or len(plan.tasks) != 1 or plan.shape != layout.shape:
             return None
         task = plan.tasks[0]
         if not (task.full and task.stored and task.size == layout.chunk_nbytes):
             return None
-        if layout.stored_dtype != np.dtype(array.dtype) or layout.chunk_shape != plan.shape:
+        if layout.stored_dtype != layout.dtype or layout.chunk_shape != plan.shape:
             return None
         return task
 
@@ -237,7 +237,7 @@ class Backend:
 
     def read(
         self,
-        array: ZarrArray,
+        array: ArraySource,
         selection: Any = Ellipsis,
         out: NDArray | None = None,
         *,
@@ -251,14 +251,15 @@ class Backend:
         fast = self._fast(array, selection, memo)
         if isinstance(fast, str):
             self._count(f"fallback: {fast}")
-            return read_selection(array, selection, selection_kind(array, selection), out)
+            zarr_array = array.zarr
+            return read_selection(zarr_array, selection, selection_kind(zarr_array, selection), out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)
             if task is not None:
                 self._count("view")
                 return self._view(layout.archive.read(task.key), layout, plan)
-            out = np.empty(plan.shape, dtype=np.dtype(array.dtype))
+            out = np.empty(plan.shape, dtype=layout.dtype)
         self._count("fast")
         if layout.archive.is_remote:
             sync(self._run_async(layout, plan, out), io_loop())
@@ -268,7 +269,7 @@ class Backend:
 
     async def read_async(
         self,
-        array: ZarrArray,
+        array: ArraySource,
         selection: Any = Ellipsis,
         out: NDArray | None = None,
         *,
@@ -279,28 +280,36 @@ class Backend:
         fast = self._fast(array, selection, memo)  # planning only: no I/O
         if isinstance(fast, str):
             self._count(f"fallback: {fast}")
-            kind = selection_kind(array, selection)
+            zarr_array = array.zarr
+            kind = selection_kind(zarr_array, selection)
             # Not on the worker pool: zarr-python's record reads use that pool, and fallback
             # reads occupying it while they wait for them would starve it.
-            return await asyncio.to_thread(read_selection, array, selection, kind, out)
+            return await asyncio.to_thread(read_selection, zarr_array, selection, kind, out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)
             if task is not None:
                 self._count("view")
                 return self._view(await layout.archive.read_async(task.key), layout, plan)
-            out = np.empty(plan.shape, dtype=np.dtype(array.dtype))
+            out = np.empty(plan.shape, dtype=layout.dtype)
         self._count("fast")
         await self._run_async(layout, plan, out)
         return out
 
     @staticmethod
-    def _check_blob(array: ZarrArray) -> None:
-        if not is_bytes_like(array):
-            dtype = np.dtype(array.dtype)
-            raise TypeError(f"array {array.path!r} of dtype {dtype} and shape {array.shape} is no binary blob")
+    def _check_blob(array: ArraySource) -> None:
+        view = array.view
+        if view is not None and view.unsupported is None:
+            shape, dtype, path = view.shape, view.dtype, view.path
+            blob = (not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)
+        else:
+            zarr_array = array.zarr
+            shape, dtype, path = tuple(zarr_array.shape), np.dtype(zarr_array.dtype), zarr_array.path
+            blob = is_bytes_like(zarr_array)
+        if not blob:
+            raise TypeError(f"array {path!r} of dtype {dtype} and shape {shape} is no binary blob")
 
-    def _blob_task(self, array: ZarrArray, memo: dict[str, Any] | None) -> tuple[ChunkLayout, ChunkTask] | None:
+    def _blob_task(self, array: ArraySource, memo: dict[str, Any] | None) -> tuple[ChunkLayout, ChunkTask] | None:
         self._check_blob(array)
         fast = self._fast(array, Ellipsis, memo)
         if isinstance(fast, str):
@@ -308,7 +317,7 @@ class Backend:
         task = self._view_task(array, *fast)
         return None if task is None else (fast[0], task)
 
-    def blob(self, array: ZarrArray, *, memo: dict[str, Any] | None = None) -> bytes:
+    def blob(self, array: ArraySource, *, memo: dict[str, Any] | None = None) -> bytes:
         """The bytes of a blob array (0-d fixed bytes, or 1-d uint8): its record itself if
         stored as one raw chunk, one copy otherwise. TypeError for other arrays."""
         found = self._blob_task(array, memo)
@@ -316,7 +325,7 @@ class Backend:
             return found[0].archive.read(found[1].key)
         return self.read(array, memo=memo).tobytes()
 
-    async def blob_async(self, array: ZarrArray, *, memo: dict[str, Any] | None = None) -> bytes:
+    async def blob_async(self, array: ArraySource, *, memo: dict[str, Any] | None = None) -> bytes:
         """:meth:`blob` without blocking the running loop."""
         found = self._blob_task(array, memo)
         if found is not None:

@@ -16,7 +16,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -32,8 +32,10 @@ from .._compat import (
 )
 from ..archive import IndexedTarArchive
 from ..store import ItarZarrStore
+from ..store._metadata import ArrayView
 
 __all__ = [
+    "ArraySource",
     "ChunkLayout",
     "ChunkTask",
     "ReadPlan",
@@ -44,6 +46,21 @@ __all__ = [
     "plan_read",
     "plan_with_zarr",
 ]
+
+
+class ArraySource(Protocol):
+    """What the backend reads: an array's metadata view and the archive of its chunks, if
+    it has them (the fast path needs nothing else), and zarr-python's array, built when a
+    read needs it."""
+
+    @property
+    def view(self) -> ArrayView | None: ...
+
+    @property
+    def archive(self) -> IndexedTarArchive | None: ...
+
+    @property
+    def zarr(self) -> ZarrArray: ...
 
 
 def is_bytes_like(array: ZarrArray) -> bool:
@@ -82,6 +99,8 @@ class ChunkLayout:
     """Shape of the array."""
     chunk_key: Callable[[tuple[int, ...]], str]
     """The store key of a chunk by its coordinates."""
+    dtype: np.dtype[Any]
+    """dtype of the array (of its values read)."""
 
     @property
     def chunk_nbytes(self) -> int:
@@ -115,8 +134,24 @@ class ReadPlan(NamedTuple):
         return sum(task.size for task in self.tasks)
 
 
-def chunk_layout(array: ZarrArray) -> ChunkLayout | str:
-    """The layout of an array's chunks, or why the fast path can't read them."""
+def chunk_layout(source: ArraySource) -> ChunkLayout | str:
+    """The layout of an array's chunks, or why the fast path can't read them: from its view
+    when it has one (no zarr-python node needed), else from zarr-python's metadata."""
+    view = source.view
+    archive = source.archive
+    if view is not None and archive is not None:
+        if view.unsupported is not None:
+            return view.unsupported
+        stored = view.stored_dtype
+        if stored.hasobject or stored.kind in "OUTV" or stored.itemsize == 0:
+            return f"dtype {stored} is not stored as fixed-size elements"
+        if view.blosc is not None and view.blosc.get("shuffle") not in (0, 1, 2):
+            return "Blosc with automatic shuffle"
+        compressed = view.blosc is not None
+        return ChunkLayout(
+            archive, stored, view.chunks, compressed, view.fill_value, view.shape, view.chunk_key, view.dtype
+        )
+    array = source.zarr
     store = array.store
     if not isinstance(store, ItarZarrStore):
         return "store is not an indexed tar archive"
@@ -140,6 +175,7 @@ def chunk_layout(array: ZarrArray) -> ChunkLayout | str:
         array.fill_value,
         tuple(array.shape),
         chunk_key_encoder(array),
+        np.dtype(array.dtype),
     )
 
 
@@ -273,13 +309,13 @@ def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim], get: Callable[[str], 
     return ReadPlan(tuple(shape), [task], ())
 
 
-def plan_read(array: ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
+def plan_read(source: ArraySource, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
     """The chunk tasks of ``array[selection]``, or why the fast path doesn't take the
     selection (zarr-python's errors for invalid selections)."""
     basic = plan_basic(layout, selection)
     if basic is not None:
         return basic
-    return plan_with_zarr(array, layout, selection)
+    return plan_with_zarr(source.zarr, layout, selection)
 
 
 def plan_with_zarr(array: ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:

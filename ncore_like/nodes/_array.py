@@ -9,8 +9,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .._compat import ZarrArray, blosc_compressor, record_exists, touched_chunk_keys, write_basic_selection
+from ..archive import IndexedTarArchive
 from ..backend import Backend
 from ..errors import ReadOnlyError, RecordExistsError
+from ..store import IndexedTarZarrStore, Store
+from ..store._metadata import ArrayView
 from ._compression import BloscCompression
 from ._node import Node
 
@@ -52,10 +55,32 @@ class Array(Node[ZarrArray]):
     a caller's buffer (``out=``).
     """
 
-    def __init__(self, array: ZarrArray, backend: Backend | None = None) -> None:
-        super().__init__(array)
+    def __init__(
+        self,
+        array: ZarrArray | None,
+        backend: Backend | None = None,
+        *,
+        view: ArrayView | None = None,
+        store: Store | None = None,
+    ) -> None:
+        super().__init__(array, view, store)
         self._backend = backend if backend is not None else Backend()
         self._memo: dict[str, Any] = {}  # what the backend learnt about this array
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The memo is a cache of the backend's (and may hold what doesn't pickle).
+        return {**self.__dict__, "_memo": {}}
+
+    @property
+    def view(self) -> ArrayView | None:
+        """The view of the array's metadata the fast path reads with (None: zarr-python's
+        node serves it)."""
+        return self._view  # type: ignore[return-value]
+
+    @property
+    def archive(self) -> IndexedTarArchive | None:
+        """The archive a view's chunks are in (archives opened for reading)."""
+        return self._store.archive if self._view is not None and isinstance(self._store, IndexedTarZarrStore) else None
 
     @property
     def backend(self) -> Backend:
@@ -65,24 +90,29 @@ class Array(Node[ZarrArray]):
     @property
     def shape(self) -> tuple[int, ...]:
         """Shape of the array."""
-        return tuple(self._node.shape)
+        view = self._view
+        return view.shape if view is not None else tuple(self.zarr.shape)  # type: ignore[union-attr]
 
     @property
     def dtype(self) -> np.dtype[Any]:
         """dtype of the array."""
-        dtype: np.dtype[Any] = np.dtype(self._node.dtype)
+        view = self._view
+        if view is not None and view.unsupported is None:  # type: ignore[union-attr]
+            return view.dtype  # type: ignore[union-attr]
+        dtype: np.dtype[Any] = np.dtype(self.zarr.dtype)
         return dtype
 
     @property
     def chunks(self) -> tuple[int, ...]:
         """Chunk shape of the array."""
-        return tuple(self._node.chunks)
+        view = self._view
+        return view.chunks if view is not None else tuple(self.zarr.chunks)  # type: ignore[union-attr]
 
     @property
     def compression(self) -> BloscCompression | None:
         """The Blosc compression of the chunks (None if uncompressed; ValueError for other
         compressors or filters)."""
-        compressor = blosc_compressor(self._node)
+        compressor = blosc_compressor(self.zarr)
         if compressor == "other":
             raise ValueError(f"array {self.path!r} uses codecs other than one Blosc compressor")
         if compressor is None:
@@ -107,11 +137,11 @@ class Array(Node[ZarrArray]):
             raise ValueError(f"out for array {self.path!r}: {', '.join(problems)}")
 
     def _where(self) -> str:
-        return f"array {self.path!r} of {self._node.store}"
+        return f"array {self.path!r} of {self._where_store()}"
 
     def _shape_of(self, selection: Selection) -> tuple[int, ...]:
         try:
-            return self._backend.shape(self._node, selection, memo=self._memo)
+            return self._backend.shape(self, selection, memo=self._memo)
         except _SELECTION_ERRORS as error:
             named = _named(error, self._where())
             if named is error:
@@ -139,7 +169,7 @@ class Array(Node[ZarrArray]):
         if out is not None:
             self._checked_out(out, self._shape_of(selection))
         try:
-            result = self._backend.read(self._node, selection, out, memo=self._memo)
+            result = self._backend.read(self, selection, out, memo=self._memo)
         except _SELECTION_ERRORS as error:
             named = _named(error, self._where())
             if named is error:
@@ -153,7 +183,7 @@ class Array(Node[ZarrArray]):
         if out is not None:
             self._checked_out(out, self._shape_of(selection))
         try:
-            result = await self._backend.read_async(self._node, selection, out, memo=self._memo)
+            result = await self._backend.read_async(self, selection, out, memo=self._memo)
         except _SELECTION_ERRORS as error:
             named = _named(error, self._where())
             if named is error:
@@ -164,11 +194,11 @@ class Array(Node[ZarrArray]):
     def read_bytes(self) -> bytes:
         """The blob stored by :meth:`Group.create_bytes_array`: its record itself when stored
         as one uncompressed chunk, one copy otherwise. TypeError for arrays that are no blob."""
-        return self._backend.blob(self._node, memo=self._memo)
+        return self._backend.blob(self, memo=self._memo)
 
     async def read_bytes_async(self) -> bytes:
         """:meth:`read_bytes` without blocking the running event loop."""
-        return await self._backend.blob_async(self._node, memo=self._memo)
+        return await self._backend.blob_async(self, memo=self._memo)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -196,7 +226,7 @@ class Array(Node[ZarrArray]):
             )
         # Chunks written already are found before anything is written, so a rejected write
         # changes nothing (zarr-python writes the chunks of a selection concurrently).
-        for key in touched_chunk_keys(self._node, selection):
-            if record_exists(self._node.store, key):
+        for key in touched_chunk_keys(self.zarr, selection):
+            if record_exists(self.zarr.store, key):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
-        write_basic_selection(self._node, selection, data)
+        write_basic_selection(self.zarr, selection, data)

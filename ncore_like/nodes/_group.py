@@ -23,6 +23,7 @@ from .._compat import (
 )
 from ..backend import Backend
 from ..errors import ReadOnlyError, RecordExistsError
+from ..store._metadata import ArrayView, GroupView
 from ._array import Array
 from ._cache import NodeCache
 from ._compression import BloscCompression
@@ -52,17 +53,23 @@ class Group(Node[ZarrGroup]):
 
     def __init__(
         self,
-        group: ZarrGroup,
+        group: ZarrGroup | None,
         cache: NodeCache | None = None,
         store: Store | None = None,
         backend: Backend | None = None,
+        *,
+        view: GroupView | None = None,
     ) -> None:
-        super().__init__(group)
+        super().__init__(group, view, store)
         if cache is not None:
-            cache.bind(group.store)
+            # One hierarchy, one zarr store: archive stores compare equal by location, so
+            # another opening of the same archive shares the cache too.
+            cache.bind(self.zarr.store if group is not None or store is None else store.zarr)
         self._cache = cache
-        self._store = store
         self._backend = backend if backend is not None else Backend()
+        # Members are looked up as views when the store serves them (archives opened for
+        # reading): no zarr-python node is built for a lookup.
+        self._views = store is not None and store.serves_views
 
     @property
     def store(self) -> Store | None:
@@ -82,21 +89,32 @@ class Group(Node[ZarrGroup]):
     @property
     def zarr_format(self) -> Literal[2, 3]:
         """zarr format of the hierarchy."""
-        return self._node.metadata.zarr_format
+        if self._view is not None:
+            return self._view.zarr_format
+        return self.zarr.metadata.zarr_format
 
     def with_cache(self, cache: NodeCache | None) -> Group:
         """The group, opening its members through ``cache``."""
-        return Group(self._node, cache, self._store, self._backend)
+        return Group(self._node, cache, self._store, self._backend, view=self._view)  # type: ignore[arg-type]
 
     # -- opening members -----------------------------------------------------------------
 
     def _wrap(self, node: ZarrNode) -> Group | Array:
         if is_group(node):
             return Group(node, self._cache, self._store, self._backend)  # type: ignore[arg-type]
-        return Array(node, self._backend)  # type: ignore[arg-type]
+        return Array(node, self._backend, store=self._store)  # type: ignore[arg-type]
 
     def _open(self, path: str) -> Group | Array | None:
-        node = open_member(self._node, path)
+        if self._views:
+            assert self._store is not None
+            full = f"{self.path}/{path}" if self.path else path
+            view = self._store.node_view(full, self.zarr_format)
+            if view is None:
+                return None
+            if isinstance(view, ArrayView):
+                return Array(None, self._backend, view=view, store=self._store)
+            return Group(None, self._cache, self._store, self._backend, view=view)
+        node = open_member(self.zarr, path)
         return None if node is None else self._wrap(node)
 
     def get(self, path: str) -> Group | Array | None:
@@ -111,7 +129,7 @@ class Group(Node[ZarrGroup]):
         return member
 
     def _missing(self, path: str, what: str) -> KeyError:
-        where = self._store.name if self._store is not None else repr(self._node.store)
+        where = self._store.name if self._store is not None else repr(self.zarr.store)
         return KeyError(f"no {what} {path!r} in group {self.path or '/'} of {where}")
 
     def node(self, path: str) -> Group | Array:
@@ -137,7 +155,12 @@ class Group(Node[ZarrGroup]):
 
     def members(self) -> list[str]:
         """Names of all direct members (sorted)."""
-        return sorted(member_names(self._node))
+        if self._views:
+            assert self._store is not None
+            names = self._store.child_names(self.path, self.zarr_format)
+            if names is not None:
+                return names
+        return sorted(member_names(self.zarr))
 
     def keys(self) -> list[str]:
         """Names of all direct members, see :meth:`members`."""
@@ -145,7 +168,13 @@ class Group(Node[ZarrGroup]):
 
     def items(self) -> Iterator[tuple[str, Group | Array]]:
         """The direct members with their names (sorted by name, opened while iterating)."""
-        for name, node in sorted(member_nodes(self._node), key=lambda item: item[0]):
+        if self._views:
+            for name in self.members():
+                found = self.get(name)
+                if found is not None:
+                    yield name, found
+            return
+        for name, node in sorted(member_nodes(self.zarr), key=lambda item: item[0]):
             if self._cache is None:
                 yield name, self._wrap(node)
             else:
@@ -167,14 +196,14 @@ class Group(Node[ZarrGroup]):
 
     def _check_writable(self) -> None:
         if self.read_only:
-            where = self._store.name if self._store is not None else repr(self._node.store)
+            where = self._store.name if self._store is not None else repr(self.zarr.store)
             raise ReadOnlyError("store is opened for reading, can't create members", archive=where)
 
     def create_group(self, name: str, *, attributes: Attributes | None = None) -> Group:
         """Creates a member group (an error if a member of that name exists)."""
         self._check_writable()
         return Group(
-            self._node.create_group(name, attributes=dict(attributes or {})), self._cache, self._store, self._backend
+            self.zarr.create_group(name, attributes=dict(attributes or {})), self._cache, self._store, self._backend
         )
 
     def require_group(self, name: str) -> Group:
@@ -226,7 +255,7 @@ class Group(Node[ZarrGroup]):
         where = f"array {name!r} of group {self.path or '/'}"
         encoded.validate(self.zarr_format, where)
         array = create_array_node(
-            self._node,
+            self.zarr,
             name,
             shape=encoded.shape,
             dtype=encoded.dtype,
@@ -242,7 +271,7 @@ class Group(Node[ZarrGroup]):
                 raise RecordExistsError(key, f"{where}: chunk record {key!r} exists already")
         for coords, key in keys.items():
             write_record(store, key, encoded.chunk_records[coords])
-        return Array(array, self._backend)
+        return Array(array, self._backend, store=self._store)
 
     def create_bytes_array(self, name: str, data: bytes, *, attributes: Attributes | None = None) -> Array:
         """Stores a binary blob (e.g. an encoded image) as an uncompressed array: zarr format 2,
@@ -285,7 +314,7 @@ class Group(Node[ZarrGroup]):
         resolved = resolve_chunks(tuple(chunks), shape, stored.itemsize)
         fill = default_fill_value(stored) if fill_value is None else np.asarray(fill_value, dtype=stored)[()]
         array = create_array_node(
-            self._node,
+            self.zarr,
             name,
             shape=shape,
             dtype=stored,
@@ -294,4 +323,4 @@ class Group(Node[ZarrGroup]):
             fill_value=fill,
             attributes=dict(attributes) if attributes else None,
         )
-        return Array(array, self._backend)
+        return Array(array, self._backend, store=self._store)

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .._compat import (
+    ZarrArray,
     ZarrGroup,
     ZarrStore,
     create_group,
@@ -31,6 +32,7 @@ from ._consolidated import (
     zarr_nodes,
 )
 from ._consolidated import is_consolidated_metadata_key as _is_consolidated_metadata_key
+from ._metadata import NodeView
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -108,6 +110,26 @@ class Store(ABC):
         """Ends a ``with`` block that raised (stores that publish their writes at close
         publish nothing then)."""
         self.close()
+
+    # -- node views (see ncore_like.store._metadata); served by archives opened for reading --
+
+    @property
+    def serves_views(self) -> bool:
+        """True if members can be looked up as views of their metadata (:meth:`node_view`)
+        instead of zarr-python's nodes."""
+        return False
+
+    def node_view(self, path: str, zarr_format: ZarrFormat) -> NodeView | None:
+        """The view of the node at ``path``, None if there is none (stores that serve views)."""
+        raise NotImplementedError(f"{type(self).__name__} serves no node views")
+
+    def child_names(self, path: str, zarr_format: ZarrFormat) -> list[str] | None:
+        """Names of the nodes directly under the group at ``path``, None if unknown."""
+        return None
+
+    def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
+        """zarr-python's node of a view (stores that serve views)."""
+        raise NotImplementedError(f"{type(self).__name__} serves no node views")
 
     @staticmethod
     def is_consolidated_metadata_key(key: str) -> bool:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePath
 from typing import Any, Literal
 
 from upath import UPath
 
-from .._compat import ZarrGroup, open_group
+from .._compat import ZarrArray, ZarrGroup, array_from_document, group_from_document, open_group
 from .._defaults import DECODED_CONSOLIDATED_RECORDS, TAIL_READ_SIZE
 from .._lru import LRUCache, process_cache
 from ..archive import IndexedTarArchive, IndexTailRetention
+from ..errors import NodeMetadataError
 from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, decode_consolidated, zarr_nodes
+from ._metadata import ArrayView, GroupView, NodeView, parse_node
 from ._zarr_store import ItarZarrStore
 
 __all__ = ["IndexedTarZarrStore"]
@@ -57,12 +60,21 @@ class IndexedTarZarrStore(Store):
             checksums=checksums,
         )
         super().__init__(ItarZarrStore(self._archive))
+        self._init_views()
+
+    def _init_views(self) -> None:
+        # Node metadata documents of the consolidated record (once opened from it), and the
+        # views of nodes looked up: an archive opened for reading never changes.
+        self._documents: dict[str, Any] | None = None
+        self._views: dict[tuple[str, int], NodeView | None] = {}
+        self._view_store: ItarZarrStore | None = None
 
     @classmethod
     def _of_archive(cls, archive: IndexedTarArchive) -> IndexedTarZarrStore:
         store = cls.__new__(cls)
         store._archive = archive
         Store.__init__(store, ItarZarrStore(archive))
+        store._init_views()
         return store
 
     @classmethod
@@ -129,7 +141,75 @@ class IndexedTarZarrStore(Store):
             metadata = decode_consolidated(record, zarr_format, self.name)
             zarr_nodes(metadata, zarr_format, self.name)  # the same checks as the generic path
             _decoded.put(key, metadata)  # only read from here on (served as JSON), so it can be shared
-        return open_group(ItarZarrStore(self._archive, read_only=True, node_metadata=metadata))
+        self._documents = metadata
+        self._view_store = ItarZarrStore(self._archive, read_only=True, node_metadata=metadata)
+        return open_group(self._view_store)
+
+    # -- node views (the typed layer's lookups, without zarr-python) -----------------------
+
+    @property
+    def serves_views(self) -> bool:
+        """True if nodes can be looked up as views (:meth:`node_view`): archives opened for
+        reading."""
+        return self._archive.mode == "r"
+
+    def _document(self, key: str) -> Any:
+        documents = self._documents
+        if documents is not None:
+            return documents.get(key)
+        data = self._read_record(key)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as error:
+            raise NodeMetadataError(f"node metadata record {key} is no JSON ({error})", archive=self.name) from error
+
+    def node_view(self, path: str, zarr_format: Literal[2, 3]) -> NodeView | None:
+        """The view of the node at ``path`` (None if there is none), from the consolidated
+        record if the hierarchy was opened from it, else from the node's metadata records;
+        parsed once per store (archives opened for reading only)."""
+        cache_key = (path, zarr_format)
+        views = self._views
+        if cache_key in views:
+            return views[cache_key]
+        prefix = f"{path}/" if path else ""
+        if zarr_format == 2:
+            node = self._document(prefix + ".zarray")
+            if node is None:
+                node = self._document(prefix + ".zgroup")
+            document = None if node is None else {**node, "attributes": self._document(prefix + ".zattrs") or {}}
+        else:
+            document = self._document(prefix + "zarr.json")
+        if document is not None and not isinstance(document, dict):
+            raise NodeMetadataError(f"the metadata of node {path or '/'!r} is no JSON object", archive=self.name)
+        view = None if document is None else parse_node(path, document, zarr_format, self.name)
+        views[cache_key] = view
+        return view
+
+    def child_names(self, path: str, zarr_format: Literal[2, 3]) -> list[str] | None:
+        """Names of the nodes directly under the group at ``path`` per the consolidated
+        record, None if the hierarchy wasn't opened from one."""
+        documents = self._documents
+        if documents is None:
+            return None
+        prefix = f"{path}/" if path else ""
+        names = (".zarray", ".zgroup") if zarr_format == 2 else ("zarr.json",)
+        children = set()
+        for key in documents:
+            if key.startswith(prefix):
+                child, _, name = key[len(prefix) :].partition("/")
+                if name in names and child:
+                    children.add(child)
+        return sorted(children)
+
+    def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
+        """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""
+        store = self._view_store or ItarZarrStore(self._archive, read_only=True)
+        if isinstance(view, ArrayView):
+            return array_from_document(store, view.path, dict(view.document))
+        assert isinstance(view, GroupView)
+        return group_from_document(store, view.path, dict(view.document))
 
     # Records are read straight from the archive: no hop through zarr's event loop.
     def _read_record(self, key: str) -> bytes | None:
@@ -148,6 +228,7 @@ class IndexedTarZarrStore(Store):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._archive = state["archive"]
         Store.__init__(self, ItarZarrStore(self._archive))
+        self._init_views()
 
     def __repr__(self) -> str:
         return f"IndexedTarZarrStore({self.name!r}, mode={self._archive.mode!r})"

@@ -1,0 +1,172 @@
+"""Members of archives opened for reading are looked up as views of their metadata: the
+facts the views give are zarr-python's, and lookups and fast reads build no zarr-python
+node."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ncore_like import BloscCompression, IndexedTarZarrStore, NodeMetadataError
+from ncore_like._compat import chunk_key
+
+DTYPES_V2 = ["<f4", ">f8", "|u1", "<i2", ">i4", "|b1", "|S7", "<c8", "<M8[ns]", "<u8"]
+DTYPES_V3 = ["float32", "float64", "uint8", "int16", "int32", "bool", "complex64", "uint64"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Any:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="zarr")
+        yield
+
+
+@st.composite
+def arrays(draw: st.DrawFn) -> dict[str, Any]:
+    zarr_format = draw(st.sampled_from([2, 3]))
+    dtype = np.dtype(draw(st.sampled_from(DTYPES_V2 if zarr_format == 2 else DTYPES_V3)))
+    ndim = draw(st.integers(0, 3))
+    shape = tuple(draw(st.integers(1, 6)) for _ in range(ndim))
+    chunks = tuple(draw(st.integers(1, size)) for size in shape)
+    fill: Any = None
+    if dtype.kind == "f" and draw(st.booleans()):
+        fill = draw(st.sampled_from([float("nan"), float("inf"), -1.5]))
+    elif dtype.kind in "iu" and draw(st.booleans()):
+        fill = 3
+    elif dtype.kind == "b":
+        fill = draw(st.booleans())
+    compressed = draw(st.booleans())
+    separator = draw(st.sampled_from([".", "/"]))
+    return {
+        "zarr_format": zarr_format, "dtype": dtype, "shape": shape, "chunks": chunks, "fill": fill,
+        "compressed": compressed, "separator": separator, "attributes": {"n": draw(st.integers(0, 9)), "s": "x"},
+    }  # fmt: skip
+
+
+def write_with_zarr(path: Path, spec: dict[str, Any]) -> np.ndarray[Any, Any]:
+    """An array written by zarr-python itself into an archive (any layout zarr writes)."""
+    dtype = spec["dtype"]
+    rng = np.random.default_rng(0)
+    if dtype.kind == "S":
+        values = rng.integers(97, 123, size=(*spec["shape"], dtype.itemsize), dtype=np.uint8).view(dtype)[..., 0]
+    elif dtype.kind == "M":
+        values = rng.integers(0, 10**9, size=spec["shape"]).astype(dtype)
+    else:
+        values = (rng.standard_normal(spec["shape"]) * 10).astype(dtype)
+    store = IndexedTarZarrStore(path, mode="w")
+    root = zarr.open_group(store.zarr, mode="w", zarr_format=spec["zarr_format"])
+    options: dict[str, Any] = {}
+    if spec["zarr_format"] == 3:
+        options["chunk_key_encoding"] = {"name": "default", "separator": spec["separator"]}
+    compressors = None
+    if spec["compressed"]:
+        compressors = BloscCompression().to_numcodecs() if spec["zarr_format"] == 2 else "auto"
+        if spec["zarr_format"] == 3:
+            compressors = zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle")
+    array = root.create_array(
+        "group/x", shape=spec["shape"], dtype=dtype, chunks=spec["chunks"], fill_value=spec["fill"],
+        compressors=compressors, attributes=spec["attributes"], **options,
+    )  # fmt: skip
+    if values.size > 1:
+        array[(slice(0, 1),) * values.ndim] = values[(slice(0, 1),) * values.ndim]  # some chunks stay unwritten
+    store.close()
+    return values
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=arrays(), consolidated=st.booleans())
+def test_views_give_zarr_pythons_facts(tmp_path: Path, spec: dict[str, Any], consolidated: bool) -> None:
+    path = tmp_path / f"v{np.random.default_rng().integers(1 << 60)}.itar"
+    write_with_zarr(path, spec)
+    if consolidated:
+        with _reopen_for_consolidation(path) as rewritten:
+            rewritten.consolidate()
+    store = IndexedTarZarrStore(path)
+    array = store.open_root_group(consolidated=consolidated).group("group").array("x")
+    view = array.view
+    assert view is not None
+    node = zarr.open_array(IndexedTarZarrStore(path).zarr, path="group/x", mode="r")
+    assert array.shape == tuple(node.shape) and array.chunks == tuple(node.chunks)
+    assert array.dtype == np.dtype(node.dtype)
+    assert dict(array.attributes) == dict(node.attrs)
+    if view.unsupported is None:
+        # zarr format 2's null fill value fills with zeros (as zarr-python reads it).
+        fill = node.fill_value if node.fill_value is not None else np.zeros((), node.dtype)[()]
+        assert np.asarray(view.fill_value, dtype=view.dtype).tobytes() == np.asarray(fill, dtype=view.dtype).tobytes()
+        corner = tuple(max(0, -(-size // chunk) - 1) for size, chunk in zip(node.shape, node.chunks, strict=True))
+        assert view.chunk_key(corner) == chunk_key(node, corner)
+    # Reads through the view equal zarr-python's, stored chunks and fill values alike.
+    expected = node[...]
+    np.testing.assert_array_equal(array.read(), expected)
+
+
+def _reopen_for_consolidation(path: Path) -> IndexedTarZarrStore:
+    """A writer holding the records of ``path`` (archives are write-once: copy them)."""
+    from ncore_like import IndexedTarArchive
+
+    reader = IndexedTarArchive(path)
+    records = {key: reader[key] for key in reader.keys()}
+    path.unlink()
+    store = IndexedTarZarrStore(path, mode="w")
+    for key, value in records.items():
+        store.archive[key] = value
+    return store
+
+
+def test_lookups_and_fast_reads_build_no_zarr_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "a.itar"
+    frames = {f"{i:03d}": np.arange(i, i + 64, dtype=np.uint8) for i in range(5)}
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({"seq": 1})
+        group = root.create_group("frames", attributes={"fps": 10})
+        for name, values in frames.items():
+            group.create_array(name, values, compression=None, attributes={"i": int(values[0])})
+        root.create_array("rows", np.arange(40.0).reshape(10, 4), chunks=(1, 4), compression=BloscCompression())
+        root.create_bytes_array("blob", b"\xff\xd8jpeg\x00")
+        store.consolidate()
+    root = IndexedTarZarrStore(path).open_root_group()
+    built: list[str] = []
+    for cls in (zarr.Array, zarr.Group):
+        original = cls.__init__
+
+        def counting(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> None:
+            built.append(type(self).__name__)
+            _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", counting)
+    group = root.group("frames")
+    assert group.attributes == {"fps": 10} and group.members() == sorted(frames)
+    for name, values in frames.items():
+        array = group.array(name)
+        assert array.shape == values.shape and array.dtype == values.dtype and array.attributes == {"i": int(values[0])}
+        np.testing.assert_array_equal(array.read(), values)
+        np.testing.assert_array_equal(root.array(f"frames/{name}").read(np.s_[3:9]), values[3:9])
+    rows = root.array("rows")
+    np.testing.assert_array_equal(rows.read(7), np.arange(28.0, 32.0))
+    np.testing.assert_array_equal(rows.read(np.s_[2:5], out=np.empty((3, 4))), np.arange(8.0, 20.0).reshape(3, 4))
+    assert root.array("blob").read_bytes() == b"\xff\xd8jpeg\x00"
+    assert [name for name, _ in root.items()] == ["blob", "frames", "rows"]
+    assert built == []
+    assert isinstance(rows.zarr, zarr.Array) and built == ["Array"]  # built when asked for
+
+
+def test_damaged_node_metadata_in_a_view_is_a_clear_error(tmp_path: Path) -> None:
+    from ncore_like import IndexedTarArchive
+
+    path = tmp_path / "d.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive[".zgroup"] = b'{"zarr_format": 2}'
+        archive["x/.zarray"] = b'{"zarr_format": 2, "shape": [3], "dtype": "<f4"}'
+        archive["y/.zarray"] = b"not json"
+    root = IndexedTarZarrStore(path).open_root_group(consolidated=False)
+    with pytest.raises(NodeMetadataError, match=r"node 'x' can't be understood \(no chunks, compressor"):
+        root.array("x")
+    with pytest.raises(NodeMetadataError, match="y/.zarray is no JSON"):
+        root.array("y")
