@@ -505,3 +505,41 @@ def test_reading_one_chunk_runs_no_zarr_indexer(tmp_path: Path, monkeypatch: pyt
     assert constructed == []
     array.read([1, 5])  # an index list still goes through zarr-python's indexers
     assert constructed
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_index_lists_on_the_first_axis_read_as_numpy_does(tmp_path: Path, zarr_format: int, data: st.DataObject) -> None:
+    shape = data.draw(st.tuples(st.integers(1, 12), st.integers(1, 5), st.integers(1, 4)))
+    chunks = tuple(data.draw(st.integers(1, size)) for size in shape)
+    rows = data.draw(st.lists(st.integers(-shape[0], shape[0] - 1), min_size=1, max_size=8))
+    rest = data.draw(st.sampled_from([(), (slice(1, None),), (Ellipsis,), (slice(None), slice(0, 2))]))
+    values = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    path = tmp_path / f"r{uuid.uuid4().hex}.itar"
+    write(path, lambda root: root.create_array("x", values, chunks=chunks), zarr_format)
+    backend = Backend(inline_bytes=data.draw(st.sampled_from([0, 1 << 30])))  # worker threads or inline
+    array = IndexedTarZarrStore(path).open_root_group(backend=backend).array("x")
+    selection = (rows if data.draw(st.booleans()) else np.asarray(rows), *rest)
+    expected = values[(np.asarray(rows), *rest)]
+    np.testing.assert_array_equal(array.read(selection), expected)
+    out = np.empty_like(expected)
+    assert array.read(selection, out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    assert set(backend.stats) == {"fast"}
+
+
+def test_index_lists_run_no_zarr_indexer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zarr.core.indexing
+
+    values = np.arange(100 * 8, dtype=np.int32).reshape(100, 8)
+    write(tmp_path / "b.itar", lambda root: root.create_array("x", values, chunks=(1, 8)))
+    array = open_array(tmp_path / "b.itar", "x")
+    constructed: list[str] = []
+    for name in ("BasicIndexer", "OrthogonalIndexer", "CoordinateIndexer"):
+        indexer = getattr(zarr.core.indexing, name)
+        monkeypatch.setattr(indexer, "__init__", lambda self, *a, _n=name, **k: constructed.append(_n))
+    batch = np.empty((4, 8), np.int32)
+    array.read([42, 7, 99, 7], out=batch)
+    np.testing.assert_array_equal(batch, values[[42, 7, 99, 7]])
+    assert constructed == []

@@ -44,6 +44,7 @@ __all__ = [
     "is_bytes_like",
     "plan_basic",
     "plan_read",
+    "plan_rows",
     "plan_with_zarr",
 ]
 
@@ -246,15 +247,7 @@ def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
         if type(dim) is int:
             per_dim.append([(dim // chunk, dim % chunk, None, chunk == 1)])
             continue
-        start, stop = dim  # type: ignore[misc]
-        entries: list[_Entry] = []
-        for index in range(start // chunk, -(-stop // chunk) if stop > start else 0):
-            low, high = max(start, index * chunk), min(stop, (index + 1) * chunk)
-            offset = index * chunk
-            entries.append(
-                (index, slice(low - offset, high - offset, 1), slice(low - start, high - start), high - low == chunk)
-            )
-        per_dim.append(entries)
+        per_dim.append(_slice_entries(dim, chunk))
     shape = tuple(dim[1] - dim[0] for dim in dims if type(dim) is tuple)
     tasks = []
     for combination in itertools.product(*per_dim):
@@ -271,6 +264,19 @@ def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
             )
         )
     return ReadPlan(shape, tasks, ())
+
+
+def _slice_entries(dim: _Dim, chunk: int) -> list[_Entry]:
+    """The chunks a ``[start, stop)`` range of one dimension touches, as plan entries."""
+    start, stop = dim  # type: ignore[misc]
+    entries: list[_Entry] = []
+    for index in range(start // chunk, -(-stop // chunk) if stop > start else 0):
+        low, high = max(start, index * chunk), min(stop, (index + 1) * chunk)
+        offset = index * chunk
+        entries.append(
+            (index, slice(low - offset, high - offset, 1), slice(low - start, high - start), high - low == chunk)
+        )
+    return entries
 
 
 def _within_one_chunk(dim: _Dim, chunk: int) -> bool:
@@ -309,12 +315,82 @@ def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim], get: Callable[[str], 
     return ReadPlan(tuple(shape), [task], ())
 
 
+def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
+    """The plan of an index list on the first axis (a list or 1-d integer array, as a
+    DataLoader batches rows), optionally followed by unit-step slices or Ellipsis: one task
+    per chunk holding any of the rows, made from the chunk layout; None for other selections
+    (and invalid ones: zarr-python's indexers then raise its errors)."""
+    items = selection if type(selection) is tuple else (selection,)
+    rows = items[0] if items else None
+    if not isinstance(rows, list | np.ndarray) or not layout.shape:
+        return None
+    try:
+        indices = np.asarray(rows)
+    except (ValueError, TypeError):
+        return None
+    if indices.ndim != 1 or indices.dtype.kind not in "iu" or not len(indices):
+        return None
+    rest = _basic_dims((slice(None), *items[1:]), layout.shape)
+    if rest is None or not all(type(dim) is tuple for dim in rest[1:]):
+        return None
+    size, chunk = layout.shape[0], layout.chunk_shape[0]
+    indices = np.where(indices < 0, indices + size, indices)
+    if indices.min() < 0 or indices.max() >= size:
+        return None
+    chunk_of = indices // chunk
+    within = indices - chunk_of * chunk
+    positions = np.arange(len(indices))
+    other = rest[1:]
+    shape = (len(indices), *(stop - start for start, stop in other))  # type: ignore[misc]
+    get = layout.archive.records.get
+    tasks = []
+    per_dim = [_slice_entries(dim, chunk_) for dim, chunk_ in zip(other, layout.chunk_shape[1:], strict=True)]
+    combinations = list(itertools.product(*per_dim))
+    if chunk == 1:
+        # A chunk per row (lidar sweeps, frames): a task per row taken, so that a row
+        # covering its chunk decodes straight into its place in the output.
+        for position, first in enumerate(chunk_of.tolist()):
+            for combination in combinations:
+                key = layout.chunk_key((first, *(entry[0] for entry in combination)))
+                record = get(key)
+                tasks.append(
+                    ChunkTask(
+                        key,
+                        record.size if record is not None else 0,
+                        record is not None,
+                        (slice(0, 1, 1), *(entry[1] for entry in combination)),
+                        (slice(position, position + 1), *(entry[2] for entry in combination)),
+                        all(entry[3] for entry in combination),
+                    )
+                )
+        return ReadPlan(shape, tasks, ())
+    for first in np.unique(chunk_of).tolist():
+        mine = chunk_of == first
+        for combination in combinations:
+            key = layout.chunk_key((first, *(entry[0] for entry in combination)))
+            record = get(key)
+            tasks.append(
+                ChunkTask(
+                    key,
+                    record.size if record is not None else 0,
+                    record is not None,
+                    (within[mine], *(entry[1] for entry in combination)),
+                    (positions[mine], *(entry[2] for entry in combination)),
+                    False,
+                )
+            )
+    return ReadPlan(shape, tasks, ())
+
+
 def plan_read(source: ArraySource, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
     """The chunk tasks of ``array[selection]``, or why the fast path doesn't take the
     selection (zarr-python's errors for invalid selections)."""
     basic = plan_basic(layout, selection)
     if basic is not None:
         return basic
+    rows = plan_rows(layout, selection)
+    if rows is not None:
+        return rows
     return plan_with_zarr(source.zarr, layout, selection)
 
 
