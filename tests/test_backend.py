@@ -510,7 +510,9 @@ def test_reading_one_chunk_runs_no_zarr_indexer(tmp_path: Path, monkeypatch: pyt
 @pytest.mark.parametrize("zarr_format", [2, 3])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_index_lists_on_the_first_axis_read_as_numpy_does(tmp_path: Path, zarr_format: int, data: st.DataObject) -> None:
+def test_index_lists_on_the_first_axis_read_as_numpy_does(
+    tmp_path: Path, zarr_format: int, data: st.DataObject
+) -> None:
     shape = data.draw(st.tuples(st.integers(1, 12), st.integers(1, 5), st.integers(1, 4)))
     chunks = tuple(data.draw(st.integers(1, size)) for size in shape)
     rows = data.draw(st.lists(st.integers(-shape[0], shape[0] - 1), min_size=1, max_size=8))

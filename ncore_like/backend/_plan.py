@@ -12,6 +12,7 @@ in zarr-python.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -106,6 +107,18 @@ class ChunkLayout:
     @property
     def chunk_nbytes(self) -> int:
         return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
+
+    @functools.cached_property
+    def row_rest(self) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]] | None:
+        """For arrays whose other dimensions lie in one chunk (rows, frames, sweeps): the
+        chunk and output selections of those dimensions and the output shape of one index
+        on the first axis (a read of ``array[i]`` is then one chunk, planned at once)."""
+        if not self.shape or any(
+            size > chunk for size, chunk in zip(self.shape[1:], self.chunk_shape[1:], strict=True)
+        ):
+            return None
+        rest = self.shape[1:]
+        return tuple(slice(0, size, 1) for size in rest), tuple(slice(0, size) for size in rest), rest
 
 
 class ChunkTask(NamedTuple):
@@ -235,6 +248,8 @@ def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     """The plan of a selection of ints, unit-step slices and Ellipsis, made from the chunk
     layout alone (the same tasks as zarr-python's basic indexer); None for other
     selections."""
+    if type(selection) is int and layout.row_rest is not None:
+        return _plan_row(layout, selection)
     dims = _basic_dims(selection, layout.shape)
     if dims is None:
         return None
@@ -277,6 +292,27 @@ def _slice_entries(dim: _Dim, chunk: int) -> list[_Entry]:
             (index, slice(low - offset, high - offset, 1), slice(low - start, high - start), high - low == chunk)
         )
     return entries
+
+
+def _plan_row(layout: ChunkLayout, index: int) -> ReadPlan | None:
+    """:func:`plan_basic` of one int on the first axis of an array whose other dimensions
+    lie in one chunk (see :attr:`ChunkLayout.row_rest`): the commonest small read."""
+    size = layout.shape[0]
+    if index < 0:
+        index += size
+    if not 0 <= index < size:
+        return None  # zarr-python's indexer raises its error
+    chunk_selection, out_selection, shape = layout.row_rest  # type: ignore[misc]
+    chunk = layout.chunk_shape[0]
+    first = index // chunk
+    key = layout.chunk_key((first, *(0 for _ in shape)))
+    record = layout.archive.records.get(key)
+    full = chunk == 1 and shape == layout.chunk_shape[1:]
+    task = ChunkTask(
+        key, 0 if record is None else record.size, record is not None, (index - first * chunk, *chunk_selection),
+        out_selection, full,
+    )  # fmt: skip
+    return ReadPlan(shape, [task], ())
 
 
 def _within_one_chunk(dim: _Dim, chunk: int) -> bool:
