@@ -2,7 +2,7 @@
 
 Reads the JSON files that the benchmark scripts write with ``--json``
 (``bench_archive.json``, ``bench_read.json``, ``bench_write.json``,
-``bench_integrity.json``; whichever exist) and
+``bench_integrity.json``, ``bench_ops.json``; whichever exist) and
 
 * draws ``docs/img/performance.png``: every measured ratio as a horizontal bar, coloured by
   whether it meets its target, with the target drawn as a tick where it is a ratio too;
@@ -41,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives besi
 from _benchlib import Results, Row, ratio_text
 
 REPO = Path(__file__).resolve().parent.parent
-BENCHMARKS: tuple[str, ...] = ("bench_archive", "bench_read", "bench_write", "bench_integrity")
+BENCHMARKS: tuple[str, ...] = ("bench_archive", "bench_read", "bench_write", "bench_integrity", "bench_ops")
 TITLES: Mapping[str, str] = {
     "bench_archive": "Archive: records, opening, remote latency, store opening",
     "bench_read": "Typed read path: volumes, frames, remote reads, memory",
     "bench_write": "Writing: blobs, encoding on threads, storing",
     "bench_integrity": "Integrity: checksums written and verified, recovery, index check",
+    "bench_ops": "Small operations: lookups, one-row reads, batches of rows",
 }
 _TABLE_START = re.compile(r"<!-- benchmark-table: (?P<name>[a-z_]+) -->\n")
 _TABLE_END = "<!-- end benchmark-table -->"
