@@ -113,3 +113,24 @@ def test_ordered_map_keeps_order_and_bounds_work_in_flight(tmp_path: Path) -> No
         results = list(ordered_map(pool, work, range(40), max_items=3, max_bytes=1 << 30, size=lambda _: 1))
     assert results == [(item, item * item) for item in range(40)]
     assert most <= 3
+
+
+def test_run_here_refuses_a_running_loop_and_node_creation_still_works_inside_one(tmp_path: Path) -> None:
+    from ncore_like._concurrency import run_here
+
+    async def answer() -> int:
+        return 7
+
+    assert run_here(answer()) == 7 and run_here(answer()) == 7  # the thread's loop is reused
+
+    async def nested() -> None:
+        with pytest.raises(EventLoopError):
+            run_here(answer())
+        # Creating arrays from a coroutine (a running loop) takes zarr-python's loop instead.
+        with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+            store.create_root_group({}).create_array("x", np.arange(5))
+
+    asyncio.run(nested())
+    np.testing.assert_array_equal(
+        IndexedTarZarrStore(tmp_path / "a.itar").open_root_group().array("x").read(), range(5)
+    )

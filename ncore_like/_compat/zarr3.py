@@ -26,7 +26,7 @@ from zarr.core.group import AsyncGroup
 from zarr.core.sync import _get_loop
 from zarr.storage import FsspecStore, LocalStore, StorePath
 
-from .._concurrency import sync
+from .._concurrency import run_here, sync
 from ..errors import NcoreLikeError, NodeMetadataError
 
 __all__ = [
@@ -98,6 +98,13 @@ class SyncZarrStore(ZarrStore):
     @abstractmethod
     def exists_sync(self, key: str) -> bool:
         """True if the store holds ``key``."""
+
+
+def _running_loop_here() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def zarr_loop() -> asyncio.AbstractEventLoop:
@@ -236,7 +243,7 @@ def create_array_node(
                 shuffle=shuffle,
                 blocksize=config["blocksize"],
             )
-    return group.create_array(
+    creation = group._async_group.create_array(
         name,
         shape=shape,
         dtype=dtype,
@@ -247,6 +254,10 @@ def create_array_node(
         attributes=attributes,
         config={"write_empty_chunks": True},
     )
+    if isinstance(group.store, SyncZarrStore) and _running_loop_here() is None:
+        # The archive's store methods finish without waiting: no hop to zarr's loop thread.
+        return zarr.Array(run_here(creation))
+    return zarr.Array(run_zarr(creation))
 
 
 def chunk_key(array: ZarrArray, coords: tuple[int, ...]) -> str:
