@@ -42,6 +42,7 @@ __all__ = [
     "ordered_map",
     "run_here",
     "run_in_worker",
+    "running_loop",
     "set_sync_timeout",
     "set_worker_threads",
     "sync",
@@ -143,7 +144,8 @@ def set_sync_timeout(seconds: float | None) -> None:
     _sync_timeout = seconds
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on the calling thread, None if none is."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -165,7 +167,7 @@ def sync(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, *, 
             block the very loop that has to finish the work, forever.
         TimeoutError: When the coroutine did not finish in time (it is cancelled).
     """
-    if _running_loop() is loop:
+    if running_loop() is loop:
         coroutine.close()
         raise EventLoopError(
             "a blocking call was made from the event loop thread that has to run it (it would wait for "
@@ -190,7 +192,7 @@ def run_here(coroutine: Coroutine[Any, Any, T]) -> T:
     per thread): for coroutines whose awaits complete without another loop's I/O (e.g.
     zarr-python creating node metadata in an archive, whose store methods do their work
     synchronously), it spares the round trip to another loop's thread (~0.5 ms)."""
-    if _running_loop() is not None:  # a loop runs here already: it must not be nested
+    if running_loop() is not None:  # a loop runs here already: it must not be nested
         coroutine.close()
         raise EventLoopError("run_here() was called from a running event loop")
     loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)

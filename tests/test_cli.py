@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,9 @@ from zarr.abc.store import Store as ZarrStore
 
 from ncore_like import Array, BloscCompression, Group, IndexedTarArchive, IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ncore_like.archive import is_node_metadata_key
-from ncore_like.archive._format import encode_index, pack_index_header, padding
 from ncore_like.cli import main, render_tree
 from ncore_like.store import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
+from tests.support.archives import rewrite_index
 
 REPO = Path(__file__).resolve().parent.parent
 CORRUPTED_CHUNK = "lidar/points/1.0"
@@ -131,22 +131,6 @@ def nodes(group: Group) -> Iterator[Group | Array]:
 def opened(location: Path | UPath) -> tuple[IndexedTarZarrStore, Group]:
     store = IndexedTarZarrStore(location)
     return store, store.open_root_group(consolidated="auto")
-
-
-def rewrite_index(path: Path, change: Callable[[list[str], list[int], list[int]], None]) -> None:
-    """Rewrites the index of a local archive after ``change`` edited its lists."""
-    with IndexedTarArchive(path) as archive:
-        keys = archive.keys()
-        offsets = [archive.records[key].offset for key in keys]
-        sizes = [archive.records[key].size for key in keys]
-        index = archive.index_record
-    assert index is not None
-    change(keys, offsets, sizes)
-    data = encode_index(keys, offsets, sizes)
-    with path.open("r+b") as file:
-        file.seek(index.offset)
-        file.write(data + bytes(padding(len(data))) + pack_index_header(index.offset, len(data)))
-        file.truncate()
 
 
 def corrupt_chunk(source: Path, target: Path, key: str = CORRUPTED_CHUNK) -> None:

@@ -27,7 +27,8 @@ from ncore_like import (
     UnfinishedArchiveError,
     recover,
 )
-from ncore_like.archive._format import BLOCK_SIZE, INDEX_HEADER_FORMAT, encode_index, pack_index_header
+from ncore_like.archive._format import BLOCK_SIZE
+from tests.support.archives import rewrite_index
 from tests.support.fixtures import HttpRoot
 
 
@@ -174,17 +175,6 @@ def test_array_reads_check_their_chunks(tmp_path: Path, compression: BloscCompre
 # -- the index is checked at open ------------------------------------------------------------
 
 
-def rewrite_index(path: Path, keys: list[str], offsets: list[int], sizes: list[int]) -> None:
-    """Replaces the index of an archive (keeping its tar part)."""
-    raw = bytearray(path.read_bytes())
-    import struct
-
-    _, _, index_offset, _ = struct.unpack_from(INDEX_HEADER_FORMAT, raw, len(raw) - BLOCK_SIZE)
-    index = encode_index(keys, offsets, sizes)
-    body = bytes(raw[:index_offset]) + index + bytes(-len(index) % BLOCK_SIZE)
-    path.write_bytes(body + pack_index_header(index_offset, len(index)))
-
-
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -198,12 +188,8 @@ def rewrite_index(path: Path, keys: list[str], offsets: list[int], sizes: list[i
 )
 def test_index_entries_outside_the_tar_data_are_refused_at_open(tmp_path: Path, change: object, message: str) -> None:
     write(tmp_path / "i.itar", {"a": b"x" * 100, "b": b"y" * 700, "c": b"z"})
-    archive = IndexedTarArchive(tmp_path / "i.itar")
-    keys = archive.keys()
-    offsets = [archive.records[key].offset for key in keys]
-    sizes = [archive.records[key].size for key in keys]
-    change(offsets, sizes)  # type: ignore[operator]
-    rewrite_index(tmp_path / "i.itar", keys, offsets, sizes)
+    keys = IndexedTarArchive(tmp_path / "i.itar").keys()
+    rewrite_index(tmp_path / "i.itar", lambda _, offsets, sizes: change(offsets, sizes))  # type: ignore[operator]
     with pytest.raises(ArchiveFormatError, match=message) as raised:
         IndexedTarArchive(tmp_path / "i.itar")
     assert raised.value.key in keys

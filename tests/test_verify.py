@@ -10,7 +10,6 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from ncore_like.archive._format import (
 )
 from ncore_like.errors import RecordExistsError
 from ncore_like.nodes import Array, verify_arrays
+from tests.support.archives import rewrite_index
 
 LONG_KEY = "sensors/" + "very-long-component-" * 8 + "/0.0"  # > 100 characters: a pax header
 UNICODE_KEY = "caméras/前/0"  # non-ASCII: a pax header
@@ -120,21 +120,6 @@ def header_offset(path: Path, key: str) -> int:
     """Offset of the (last) header block of a record."""
     with IndexedTarArchive(path) as archive:
         return archive.records[key].offset - BLOCK_SIZE
-
-
-def rewrite_index(path: Path, change: Callable[[list[str], list[int], list[int]], None]) -> None:
-    with IndexedTarArchive(path) as archive:
-        keys = archive.keys()
-        offsets = [archive.records[key].offset for key in keys]
-        sizes = [archive.records[key].size for key in keys]
-        index = archive.index_record
-    assert index is not None
-    change(keys, offsets, sizes)
-    data = encode_index(keys, offsets, sizes)
-    with path.open("r+b") as file:
-        file.seek(index.offset)
-        file.write(data + bytes(padding(len(data))) + pack_index_header(index.offset, len(data)))
-        file.truncate()
 
 
 def verified(path: Path, **options: Any) -> ArchiveReport:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import numcodecs
@@ -26,7 +25,7 @@ from zarr.core.group import AsyncGroup
 from zarr.core.sync import _get_loop
 from zarr.storage import FsspecStore, LocalStore, StorePath
 
-from .._concurrency import run_here, sync
+from .._concurrency import run_here, running_loop, sync
 from ..errors import NcoreLikeError, NodeMetadataError
 
 __all__ = [
@@ -46,7 +45,7 @@ __all__ = [
     "blosc_compressor",
     "byte_range_bounds",
     "chunk_key",
-    "chunk_key_encoder",
+    "chunk_key_parts",
     "chunk_projections",
     "create_array_node",
     "create_group",
@@ -98,13 +97,6 @@ class SyncZarrStore(ZarrStore):
     @abstractmethod
     def exists_sync(self, key: str) -> bool:
         """True if the store holds ``key``."""
-
-
-def _running_loop_here() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def zarr_loop() -> asyncio.AbstractEventLoop:
@@ -254,7 +246,7 @@ def create_array_node(
         attributes=attributes,
         config={"write_empty_chunks": True},
     )
-    if isinstance(group.store, SyncZarrStore) and _running_loop_here() is None:
+    if isinstance(group.store, SyncZarrStore) and running_loop() is None:
         # The archive's store methods finish without waiting: no hop to zarr's loop thread.
         return zarr.Array(run_here(creation))
     return zarr.Array(run_zarr(creation))
@@ -266,23 +258,10 @@ def chunk_key(array: ZarrArray, coords: tuple[int, ...]) -> str:
     return prefix + array.metadata.encode_chunk_key(coords)
 
 
-class _ChunkKeys:
-    """Store keys of an array's chunks by coordinates: ``prefix`` + the coordinates joined
-    by ``separator`` (``zero_d`` for a 0-dimensional array's one chunk). Picklable."""
-
-    def __init__(self, prefix: str, separator: str, zero_d: str) -> None:
-        self._prefix, self._separator, self._zero_d = prefix, separator, zero_d
-
-    def __call__(self, coords: tuple[int, ...]) -> str:
-        if not coords:
-            return self._zero_d
-        return self._prefix + self._separator.join(map(str, coords))
-
-
-def chunk_key_encoder(array: ZarrArray) -> Callable[[tuple[int, ...]], str]:
-    """A function giving the store key of a chunk of ``array`` from its coordinates, the
-    same as :func:`chunk_key` but without zarr-python's per-call machinery for the standard
-    encodings (``0.1``, ``0/1``, ``c/0/1``)."""
+def chunk_key_parts(array: ZarrArray) -> tuple[str, str, str] | None:
+    """For the standard chunk key encodings (``0.1``, ``0/1``, ``c/0/1``): the prefix of
+    every chunk key of ``array``, the separator of the coordinates, and the key of a
+    0-dimensional array's one chunk; None for other encodings (use :func:`chunk_key`)."""
     from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding, V2ChunkKeyEncoding
 
     path = f"{array.path}/" if array.path else ""
@@ -294,10 +273,10 @@ def chunk_key_encoder(array: ZarrArray) -> Callable[[tuple[int, ...]], str]:
     separator = getattr(encoding, "separator", None)
     if separator in (".", "/"):
         if type(encoding) is V2ChunkKeyEncoding:
-            return _ChunkKeys(path, separator, path + "0")
+            return path, separator, path + "0"
         if type(encoding) is DefaultChunkKeyEncoding:
-            return _ChunkKeys(f"{path}c{separator}", separator, path + "c")
-    return functools.partial(chunk_key, array)
+            return f"{path}c{separator}", separator, path + "c"
+    return None
 
 
 def array_zarr_format(array: ZarrArray | zarr.Group) -> ZarrFormat:

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import PurePath
 from typing import Any, Literal, NamedTuple, get_args
@@ -263,8 +264,7 @@ class IndexedTarArchive:
             self._set_index(index)
             if len(self._positions) != len(index.keys):
                 # Two entries of one key: reads would return one of two payloads.
-                seen: set[str] = set()
-                duplicate = next(key for key in index.keys if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+                duplicate = next(key for key, count in Counter(index.keys).items() if count > 1)
                 raise ArchiveFormatError(
                     f"corrupt record index: key {duplicate!r} has two entries", archive=self._name, key=duplicate
                 )
@@ -384,14 +384,6 @@ class IndexedTarArchive:
         checksums; archives of nvidia-ncore have none)."""
         return self._crcs is not None
 
-    def checksum_of(self, key: str) -> int | None:
-        """The CRC32C stored for the record ``key`` (None if the archive has no checksums;
-        ``KeyError`` if there is no such record)."""
-        position = self._positions.get(key)
-        if position is None:
-            raise KeyError(f"no record {key!r} in {self._name}")
-        return None if self._crcs is None else self._crcs[position]
-
     @property
     def verify_checksums(self) -> bool:
         """True if records read are checked against their CRC32C (see the constructor)."""
@@ -440,8 +432,10 @@ class IndexedTarArchive:
             raise KeyError(f"no record {key!r} in {self._name}")
         return self._offsets[position], self._sizes[position]
 
-    def _checked(self, key: str, data: bytes | memoryview) -> None:
-        """Raises :class:`ChecksumError` unless ``data`` is the payload of ``key`` as written."""
+    def check_payload(self, key: str, data: bytes | memoryview) -> None:
+        """Raises :class:`~ncore_like.ChecksumError` unless ``data`` is the payload of the
+        record ``key`` as written (no-op for archives without checksums); what reads do when
+        :attr:`verify_checksums` is on."""
         crcs = self._crcs
         position = self._positions[key]
         if crcs is None:
@@ -518,7 +512,7 @@ class IndexedTarArchive:
                     source = self._live_source()
                 data = source.read(offset, size)
         if self._verify:
-            self._checked(key, data)
+            self.check_payload(key, data)
         return data
 
     def read_into(self, key: str, buffer: memoryview) -> None:
@@ -533,13 +527,13 @@ class IndexedTarArchive:
         data = self._from_memory(key, offset, 0, size)
         if data is not None:
             if self._verify:
-                self._checked(key, data)
+                self.check_payload(key, data)
             buffer[:] = data
             return
         self._live_source().read_into(offset, buffer)
         if self._verify:
             try:
-                self._checked(key, buffer)
+                self.check_payload(key, buffer)
             except ChecksumError:
                 buffer[:] = bytes(len(buffer))  # the damaged bytes never reach the caller
                 raise
@@ -570,7 +564,7 @@ class IndexedTarArchive:
         if data is None:
             data = await self._live_source().read_async(offset, size)
         if self._verify:
-            self._checked(key, data)
+            self.check_payload(key, data)
         return data
 
     async def read_range_async(self, key: str, start: int, stop: int) -> bytes:

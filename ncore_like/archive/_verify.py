@@ -25,10 +25,9 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import IO
 
-from ..errors import ArchiveFormatError, NcoreLikeError
+from ..errors import ArchiveFormatError, ChecksumError, NcoreLikeError
 from ._archive import IndexedTarArchive, Record
 from ._bulk import map_records
-from ._checksum import checksum
 from ._format import (
     BLOCK_SIZE,
     TAR_DIRECTORY_TYPE,
@@ -404,15 +403,11 @@ def _check_records(
         expected = records[key].size
         if len(data) != expected:
             return Problem(f"read {len(data)} bytes, the index says {expected}", key)
-        stored = archive.checksum_of(key)
-        if stored is not None and not archive.verify_checksums:  # else the read checked it
-            actual = checksum(data)
-            if actual != stored:
-                return Problem(
-                    f"payload at offset {records[key].offset} doesn't match its CRC32C (stored {stored:08x}, "
-                    f"read {actual:08x}): the archive is damaged there",
-                    key,
-                )
+        if not archive.verify_checksums:  # else the read checked it
+            try:
+                archive.check_payload(key, data)
+            except ChecksumError as error:
+                return Problem.from_error(error, archive=name, key=key)
         return None
 
     problems: list[Problem] = []

@@ -26,7 +26,7 @@ from .._compat import read_selection, selection_kind, selection_shape
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from ._decode import decode_into, scratch_buffer
-from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, chunk_layout, is_bytes_like, plan_read
+from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 
 __all__ = ["Backend"]
 
@@ -301,12 +301,10 @@ class Backend:
         view = array.view
         if view is not None and view.unsupported is None:
             shape, dtype, path = view.shape, view.dtype, view.path
-            blob = (not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)
         else:
             zarr_array = array.zarr
             shape, dtype, path = tuple(zarr_array.shape), np.dtype(zarr_array.dtype), zarr_array.path
-            blob = is_bytes_like(zarr_array)
-        if not blob:
+        if not bytes_like(shape, dtype):
             raise TypeError(f"array {path!r} of dtype {dtype} and shape {shape} is no binary blob")
 
     def _blob_task(self, array: ArraySource, memo: dict[str, Any] | None) -> tuple[ChunkLayout, ChunkTask] | None:

@@ -26,20 +26,21 @@ from .._compat import (
     array_zarr_format,
     blosc_compressor,
     chunk_key,
-    chunk_key_encoder,
+    chunk_key_parts,
     chunk_projections,
     raw_chunk_layout,
     selection_kind,
 )
 from ..archive import IndexedTarArchive
 from ..store import ItarZarrStore
-from ..store._metadata import ArrayView
+from ..store._metadata import ArrayView, ChunkKeys
 
 __all__ = [
     "ArraySource",
     "ChunkLayout",
     "ChunkTask",
     "ReadPlan",
+    "bytes_like",
     "chunk_layout",
     "is_blob",
     "is_bytes_like",
@@ -68,8 +69,12 @@ class ArraySource(Protocol):
 def is_bytes_like(array: ZarrArray) -> bool:
     """True for arrays whose values are a byte string: 0-dimensional fixed-length bytes, or
     one-dimensional ``uint8`` (what :meth:`~ncore_like.Array.read_bytes` reads)."""
-    dtype = np.dtype(array.dtype)
-    return (array.ndim == 0 and dtype.kind == "S") or (array.ndim == 1 and dtype == np.uint8)
+    return bytes_like(tuple(array.shape), np.dtype(array.dtype))
+
+
+def bytes_like(shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
+    """:func:`is_bytes_like` from an array's shape and dtype."""
+    return (not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)
 
 
 def is_blob(array: ZarrArray) -> bool:
@@ -188,9 +193,16 @@ def chunk_layout(source: ArraySource) -> ChunkLayout | str:
         compression is not None,
         array.fill_value,
         tuple(array.shape),
-        chunk_key_encoder(array),
+        _chunk_keys(array),
         np.dtype(array.dtype),
     )
+
+
+def _chunk_keys(array: ZarrArray) -> Callable[[tuple[int, ...]], str]:
+    """The chunk keys of a zarr-python array, without zarr-python's per-call machinery for
+    the standard encodings."""
+    parts = chunk_key_parts(array)
+    return ChunkKeys(*parts) if parts is not None else functools.partial(chunk_key, array)
 
 
 def _full_chunk(chunk_selection: Any, chunk_shape: tuple[int, ...]) -> bool:
@@ -210,6 +222,17 @@ _Dim = int | tuple[int, int]  # an index, or the [start, stop) of a unit-step sl
 # Per chunk and dimension: chunk index, selection in the chunk, selection in the output
 # (None where an index drops the dimension), whether the whole chunk is taken.
 _Entry = tuple[int, Any, Any, bool]
+
+
+def _task(
+    layout: ChunkLayout, coords: tuple[int, ...], chunk_selection: Any, out_selection: Any, full: bool
+) -> ChunkTask:
+    """The task of the chunk at ``coords``: its key and its record, if stored."""
+    key = layout.chunk_key(coords)
+    record = layout.archive.records.get(key)
+    return ChunkTask(
+        key, 0 if record is None else record.size, record is not None, chunk_selection, out_selection, full
+    )
 
 
 def _basic_dims(selection: Any, shape: tuple[int, ...]) -> list[_Dim] | None:
@@ -254,9 +277,8 @@ def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     if dims is None:
         return None
     chunk_shape = layout.chunk_shape
-    get = layout.archive.records.get
     if all(_within_one_chunk(dim, chunk) for dim, chunk in zip(dims, chunk_shape, strict=True)):
-        return _plan_one_chunk(layout, dims, get)
+        return _plan_one_chunk(layout, dims)
     per_dim: list[list[_Entry]] = []
     for dim, chunk in zip(dims, chunk_shape, strict=True):
         if type(dim) is int:
@@ -264,20 +286,16 @@ def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
             continue
         per_dim.append(_slice_entries(dim, chunk))
     shape = tuple(dim[1] - dim[0] for dim in dims if type(dim) is tuple)
-    tasks = []
-    for combination in itertools.product(*per_dim):
-        key = layout.chunk_key(tuple(entry[0] for entry in combination))
-        record = get(key)
-        tasks.append(
-            ChunkTask(
-                key=key,
-                size=record.size if record is not None else 0,
-                stored=record is not None,
-                chunk_selection=tuple(entry[1] for entry in combination),
-                out_selection=tuple(entry[2] for entry in combination if entry[2] is not None),
-                full=all(entry[3] for entry in combination),
-            )
+    tasks = [
+        _task(
+            layout,
+            tuple(entry[0] for entry in combination),
+            tuple(entry[1] for entry in combination),
+            tuple(entry[2] for entry in combination if entry[2] is not None),
+            all(entry[3] for entry in combination),
         )
+        for combination in itertools.product(*per_dim)
+    ]
     return ReadPlan(shape, tasks, ())
 
 
@@ -305,14 +323,9 @@ def _plan_row(layout: ChunkLayout, index: int) -> ReadPlan | None:
     chunk_selection, out_selection, shape = layout.row_rest  # type: ignore[misc]
     chunk = layout.chunk_shape[0]
     first = index // chunk
-    key = layout.chunk_key((first, *(0 for _ in shape)))
-    record = layout.archive.records.get(key)
     full = chunk == 1 and shape == layout.chunk_shape[1:]
-    task = ChunkTask(
-        key, 0 if record is None else record.size, record is not None, (index - first * chunk, *chunk_selection),
-        out_selection, full,
-    )  # fmt: skip
-    return ReadPlan(shape, [task], ())
+    coords = (first, *(0 for _ in shape))
+    return ReadPlan(shape, [_task(layout, coords, (index - first * chunk, *chunk_selection), out_selection, full)], ())
 
 
 def _within_one_chunk(dim: _Dim, chunk: int) -> bool:
@@ -322,7 +335,7 @@ def _within_one_chunk(dim: _Dim, chunk: int) -> bool:
     return bool(start < stop and start // chunk == (stop - 1) // chunk)
 
 
-def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim], get: Callable[[str], Any]) -> ReadPlan:
+def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim]) -> ReadPlan:
     """:func:`plan_basic` of a selection within one chunk (a row, a frame): the common case,
     written out."""
     coords = []
@@ -344,10 +357,7 @@ def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim], get: Callable[[str], 
             shape.append(stop - start)
             full = full and stop - start == chunk
         coords.append(index)
-    key = layout.chunk_key(tuple(coords))
-    record = get(key)
-    size = 0 if record is None else record.size
-    task = ChunkTask(key, size, record is not None, tuple(chunk_selection), tuple(out_selection), full)
+    task = _task(layout, tuple(coords), tuple(chunk_selection), tuple(out_selection), full)
     return ReadPlan(tuple(shape), [task], ())
 
 
@@ -378,7 +388,6 @@ def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     positions = np.arange(len(indices))
     other = rest[1:]
     shape = (len(indices), *(stop - start for start, stop in other))  # type: ignore[misc]
-    get = layout.archive.records.get
     tasks = []
     per_dim = [_slice_entries(dim, chunk_) for dim, chunk_ in zip(other, layout.chunk_shape[1:], strict=True)]
     combinations = list(itertools.product(*per_dim))
@@ -387,13 +396,10 @@ def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
         # covering its chunk decodes straight into its place in the output.
         for position, first in enumerate(chunk_of.tolist()):
             for combination in combinations:
-                key = layout.chunk_key((first, *(entry[0] for entry in combination)))
-                record = get(key)
                 tasks.append(
-                    ChunkTask(
-                        key,
-                        record.size if record is not None else 0,
-                        record is not None,
+                    _task(
+                        layout,
+                        (first, *(entry[0] for entry in combination)),
                         (slice(0, 1, 1), *(entry[1] for entry in combination)),
                         (slice(position, position + 1), *(entry[2] for entry in combination)),
                         all(entry[3] for entry in combination),
@@ -403,13 +409,10 @@ def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     for first in np.unique(chunk_of).tolist():
         mine = chunk_of == first
         for combination in combinations:
-            key = layout.chunk_key((first, *(entry[0] for entry in combination)))
-            record = get(key)
             tasks.append(
-                ChunkTask(
-                    key,
-                    record.size if record is not None else 0,
-                    record is not None,
+                _task(
+                    layout,
+                    (first, *(entry[0] for entry in combination)),
                     (within[mine], *(entry[1] for entry in combination)),
                     (positions[mine], *(entry[2] for entry in combination)),
                     False,
@@ -438,19 +441,14 @@ def plan_with_zarr(array: ZarrArray, layout: ChunkLayout, selection: Any) -> Rea
             return "coordinate or mask selection"
         kind = "orthogonal"  # in one dimension, coordinates and masks select orthogonally
     shape, projections, drop_axes = chunk_projections(array, selection, kind)
-    records = layout.archive.records
-    tasks = []
-    for projection in projections:
-        key = chunk_key(array, projection.chunk_coords)
-        record = records.get(key)
-        tasks.append(
-            ChunkTask(
-                key=key,
-                size=record.size if record is not None else 0,
-                stored=record is not None,
-                chunk_selection=projection.chunk_selection,
-                out_selection=projection.out_selection,
-                full=kind == "basic" and _full_chunk(projection.chunk_selection, layout.chunk_shape),
-            )
+    tasks = [
+        _task(
+            layout,
+            tuple(projection.chunk_coords),
+            projection.chunk_selection,
+            projection.out_selection,
+            kind == "basic" and _full_chunk(projection.chunk_selection, layout.chunk_shape),
         )
+        for projection in projections
+    ]
     return ReadPlan(shape, tasks, drop_axes)

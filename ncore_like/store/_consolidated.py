@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import lzma
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import cbor2
@@ -26,6 +26,7 @@ __all__ = [
     "CONSOLIDATED_KEY_V2",
     "CONSOLIDATED_KEY_V3",
     "ConsolidatedMetadataError",
+    "child_nodes",
     "collects",
     "decode_consolidated",
     "encode_consolidated",
@@ -44,6 +45,22 @@ def is_consolidated_metadata_key(key: str) -> bool:
     """True for keys of consolidated metadata records: the compressed records of both zarr
     formats, and zarr-python 2's ``.zmetadata``."""
     return key in (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, _ZARR_PYTHON_2_CONSOLIDATED_KEY)
+
+
+_NODE_NAMES = frozenset({".zarray", ".zgroup", "zarr.json"})
+
+
+def child_nodes(keys: Iterable[str], path: str) -> set[str]:
+    """Names of the nodes directly under ``path`` among the node metadata ``keys`` (e.g.
+    of a consolidated record): children with a ``.zarray``, ``.zgroup`` or ``zarr.json``."""
+    prefix = f"{path.rstrip('/')}/" if path.strip("/") else ""
+    children = set()
+    for key in keys:
+        if key.startswith(prefix):
+            child, _, name = key[len(prefix) :].partition("/")
+            if child and name in _NODE_NAMES:
+                children.add(child)
+    return children
 
 
 def collects(key: str, zarr_format: Literal[2, 3]) -> bool:

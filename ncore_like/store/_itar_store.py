@@ -14,7 +14,7 @@ from .._lru import LRUCache, process_cache
 from ..archive import IndexedTarArchive, IndexTailRetention
 from ..errors import NodeMetadataError
 from ._base import Store
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, decode_consolidated, zarr_nodes
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes, decode_consolidated, zarr_nodes
 from ._metadata import ArrayView, GroupView, NodeView, parse_node
 from ._zarr_store import ItarZarrStore
 
@@ -191,17 +191,7 @@ class IndexedTarZarrStore(Store):
         """Names of the nodes directly under the group at ``path`` per the consolidated
         record, None if the hierarchy wasn't opened from one."""
         documents = self._documents
-        if documents is None:
-            return None
-        prefix = f"{path}/" if path else ""
-        names = (".zarray", ".zgroup") if zarr_format == 2 else ("zarr.json",)
-        children = set()
-        for key in documents:
-            if key.startswith(prefix):
-                child, _, name = key[len(prefix) :].partition("/")
-                if name in names and child:
-                    children.add(child)
-        return sorted(children)
+        return None if documents is None else sorted(child_nodes(documents, path))
 
     def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import NodeMetadataError
 
-__all__ = ["ArrayView", "GroupView", "NodeView", "parse_node"]
+__all__ = ["ArrayView", "ChunkKeys", "GroupView", "NodeView", "parse_node"]
 
 ZarrFormat = Literal[2, 3]
 #: zarr format 3's data types the view understands, as numpy dtypes.
@@ -45,6 +45,19 @@ _V3_TYPES = {
     )
 }
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+class ChunkKeys:
+    """Store keys of an array's chunks by coordinates: ``prefix`` + the coordinates joined
+    by ``separator`` (``zero_d`` for a 0-dimensional array's one chunk). Picklable."""
+
+    def __init__(self, prefix: str, separator: str, zero_d: str) -> None:
+        self._prefix, self._separator, self._zero_d = prefix, separator, zero_d
+
+    def __call__(self, coords: tuple[int, ...]) -> str:
+        if not coords:
+            return self._zero_d
+        return self._prefix + self._separator.join(map(str, coords))
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,20 +90,11 @@ class ArrayView:
     blosc: Mapping[str, Any] | None
     """numcodecs' Blosc configuration of the chunks, None if raw."""
     fill_value: Any
-    chunk_separator: str
-    chunk_prefix: str
-    """Chunk keys are ``chunk_prefix`` + the coordinates joined by ``chunk_separator``."""
-    zero_d_key: str
-    """The key of a 0-dimensional array's one chunk."""
+    chunk_key: ChunkKeys
+    """The store key of a chunk by its coordinates."""
     unsupported: str | None
     """Why the view doesn't describe the chunks completely (other codecs, filters, Fortran
     order, ...): then readers use zarr-python. None if it does."""
-
-    def chunk_key(self, coords: tuple[int, ...]) -> str:
-        """The store key of the chunk at ``coords``."""
-        if not coords:
-            return self.zero_d_key
-        return self.chunk_prefix + self.chunk_separator.join(map(str, coords))
 
 
 NodeView = ArrayView | GroupView
@@ -171,7 +175,7 @@ def _v2_array(path: str, document: Mapping[str, Any], attributes: Mapping[str, A
         unsupported = unsupported or f"dimension separator {separator!r}"
     return ArrayView(
         path, 2, attributes, document, shape, dtype, dtype, chunks, blosc, fill_value,
-        separator, prefix, prefix + "0", unsupported or why,
+        ChunkKeys(prefix, separator, prefix + "0"), unsupported or why,
     )  # fmt: skip
 
 
@@ -227,7 +231,7 @@ def _v3_array(path: str, document: Mapping[str, Any], prefix: str) -> ArrayView:
         unsupported = unsupported or f"chunk key encoding {encoding!r}"
     return ArrayView(
         path, 3, attributes, document, shape, dtype, stored, chunks, blosc, fill_value,
-        separator, chunk_prefix, zero_d, unsupported or why,
+        ChunkKeys(chunk_prefix, separator, zero_d), unsupported or why,
     )  # fmt: skip
 
 

@@ -62,11 +62,13 @@ def _consolidate(archive: IndexedTarArchive, report: RecoveryReport) -> None:
     else:
         report.notes.append("no zarr root group among the records: no consolidated metadata written")
         return
-    missing = _incomplete(archive, keys, zarr_format)
+    nodes = _nodes(archive, keys, zarr_format)
+    missing = nodes if isinstance(nodes, str) else _incomplete(*nodes)
     if missing is not None:
         report.notes.append(f"the zarr hierarchy is incomplete ({missing}): no consolidated metadata written")
         return
-    orphans = _orphans(archive, keys)
+    assert not isinstance(nodes, str)
+    orphans = _orphans(keys, nodes[1])
     if orphans:
         report.notes.append(
             f"{len(orphans)} records belong to no array (e.g. {orphans[0]!r}; chunks of arrays whose metadata "
@@ -78,9 +80,9 @@ def _consolidate(archive: IndexedTarArchive, report: RecoveryReport) -> None:
     report.notes.append(f"consolidated metadata regenerated ({key})")
 
 
-def _incomplete(archive: IndexedTarArchive, keys: list[str], zarr_format: int) -> str | None:
-    """What the hierarchy lacks (None if complete): the group metadata of a node's parent,
-    or the node metadata of attributes."""
+def _nodes(archive: IndexedTarArchive, keys: list[str], zarr_format: int) -> tuple[set[str], set[str], set[str]] | str:
+    """The paths of the groups, the arrays and the attributes among the records, or why
+    they can't be told (a ``zarr.json`` that is no JSON object)."""
     groups: set[str] = set()
     arrays: set[str] = set()
     attributes: set[str] = set()
@@ -101,6 +103,12 @@ def _incomplete(archive: IndexedTarArchive, keys: list[str], zarr_format: int) -
             except (ValueError, AttributeError):
                 return f"{key} is no JSON object"
             (arrays if node_type == "array" else groups).add(path)
+    return groups, arrays, attributes
+
+
+def _incomplete(groups: set[str], arrays: set[str], attributes: set[str]) -> str | None:
+    """What the hierarchy lacks (None if complete): the group metadata of a node's parent,
+    or the node metadata of attributes."""
     for path in sorted(attributes - groups - arrays):
         return f"attributes but no node metadata for {path or '/'!r}"
     for path in sorted(groups | arrays):
@@ -112,14 +120,9 @@ def _incomplete(archive: IndexedTarArchive, keys: list[str], zarr_format: int) -
     return None
 
 
-def _orphans(archive: IndexedTarArchive, keys: list[str]) -> list[str]:
+def _orphans(keys: list[str], arrays: set[str]) -> list[str]:
     """Records that lie under no array of the hierarchy (e.g. chunks of an array whose
     metadata the writer held in memory when it died)."""
-    arrays = set()
-    for key in keys:
-        path, _, name = key.rpartition("/")
-        if name == ".zarray" or (name == "zarr.json" and b'"array"' in archive.read(key)):
-            arrays.add(path)
     orphans = []
     for key in keys:
         if is_node_metadata_key(key):

@@ -29,7 +29,7 @@ from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
 from ..errors import ReadOnlyError, RecordExistsError
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes
 
 __all__ = ["ItarZarrStore"]
 
@@ -295,8 +295,4 @@ class ItarZarrStore(SyncZarrStore):
         node = metadata.get(f"{start}zarr.json")
         if f"{start}.zgroup" not in metadata and not (isinstance(node, dict) and node.get("node_type") == "group"):
             return None
-        return frozenset(
-            key[len(start) :].partition("/")[0]
-            for key in metadata
-            if key.startswith(start) and key[len(start) :].count("/") == 1
-        )
+        return frozenset(child_nodes(metadata, start))
