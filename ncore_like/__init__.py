@@ -1,56 +1,93 @@
 """ncore_like: zarr hierarchies in single-file indexed tar archives (``.itar``), read fast
-from local disks and object storage."""
+from local disks and object storage.
 
-from ._concurrency import set_sync_timeout, set_worker_threads, sync_timeout, worker_threads
-from ._lru import clear_caches
-from .archive import IndexedTarArchive, IndexTailRetention, Record
-from .backend import Backend
-from .errors import (
-    ArchiveClosedError,
-    ArchiveFormatError,
-    ChecksumError,
-    ConsolidatedMetadataError,
-    EventLoopError,
-    InvalidKeyError,
-    NcoreLikeError,
-    NodeMetadataError,
-    ReadOnlyError,
-    RecordExistsError,
-    UnfinishedArchiveError,
-)
-from .nodes import Array, BloscCompression, EncodedArray, Group, NodeCache
-from .store import IndexedTarZarrStore, RecoveryReport, Store, ZarrStoreAdapter, recover
+The names below are imported on first use (PEP 562), so that ``import ncore_like`` and the
+archive layer alone (``ncore_like.archive``) don't pay for zarr-python, numcodecs and
+fsspec: a script that only reads records starts in a fraction of the time.
+"""
 
-__all__ = [
-    "ArchiveClosedError",
-    "ArchiveFormatError",
-    "Array",
-    "Backend",
-    "BloscCompression",
-    "ChecksumError",
-    "ConsolidatedMetadataError",
-    "EncodedArray",
-    "EventLoopError",
-    "Group",
-    "IndexTailRetention",
-    "IndexedTarArchive",
-    "IndexedTarZarrStore",
-    "InvalidKeyError",
-    "NcoreLikeError",
-    "NodeCache",
-    "NodeMetadataError",
-    "ReadOnlyError",
-    "Record",
-    "RecordExistsError",
-    "RecoveryReport",
-    "Store",
-    "UnfinishedArchiveError",
-    "ZarrStoreAdapter",
-    "clear_caches",
-    "recover",
-    "set_sync_timeout",
-    "set_worker_threads",
-    "sync_timeout",
-    "worker_threads",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exported)
+    from ._concurrency import (
+        set_sync_timeout as set_sync_timeout,
+        set_worker_threads as set_worker_threads,
+        sync_timeout as sync_timeout,
+        worker_threads as worker_threads,
+    )
+    from ._lru import (
+        clear_caches as clear_caches,
+    )
+    from .archive import (
+        IndexedTarArchive as IndexedTarArchive,
+        IndexTailRetention as IndexTailRetention,
+        Record as Record,
+    )
+    from .backend import (
+        Backend as Backend,
+    )
+    from .errors import (
+        ArchiveClosedError as ArchiveClosedError,
+        ArchiveFormatError as ArchiveFormatError,
+        ChecksumError as ChecksumError,
+        ConsolidatedMetadataError as ConsolidatedMetadataError,
+        EventLoopError as EventLoopError,
+        InvalidKeyError as InvalidKeyError,
+        NcoreLikeError as NcoreLikeError,
+        NodeMetadataError as NodeMetadataError,
+        ReadOnlyError as ReadOnlyError,
+        RecordExistsError as RecordExistsError,
+        UnfinishedArchiveError as UnfinishedArchiveError,
+    )
+    from .nodes import (
+        Array as Array,
+        BloscCompression as BloscCompression,
+        EncodedArray as EncodedArray,
+        Group as Group,
+        NodeCache as NodeCache,
+    )
+    from .store import (
+        IndexedTarZarrStore as IndexedTarZarrStore,
+        RecoveryReport as RecoveryReport,
+        Store as Store,
+        ZarrStoreAdapter as ZarrStoreAdapter,
+        recover as recover,
+    )
+
+# Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["set_sync_timeout", "set_worker_threads", "sync_timeout", "worker_threads"], "._concurrency"),
+    "clear_caches": "._lru",
+    **dict.fromkeys(["IndexedTarArchive", "IndexTailRetention", "Record"], ".archive"),
+    "Backend": ".backend",
+    **dict.fromkeys(
+        [
+            "ArchiveClosedError",
+            "ArchiveFormatError",
+            "ChecksumError",
+            "ConsolidatedMetadataError",
+            "EventLoopError",
+            "InvalidKeyError",
+            "NcoreLikeError",
+            "NodeMetadataError",
+            "ReadOnlyError",
+            "RecordExistsError",
+            "UnfinishedArchiveError",
+        ],
+        ".errors",
+    ),
+    **dict.fromkeys(["Array", "BloscCompression", "EncodedArray", "Group", "NodeCache"], ".nodes"),
+    **dict.fromkeys(["IndexedTarZarrStore", "RecoveryReport", "Store", "ZarrStoreAdapter", "recover"], ".store"),
+}
+
+_SUBPACKAGES = frozenset(["archive", "backend", "cli", "errors", "nodes", "store"])
+
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), _SUBPACKAGES)

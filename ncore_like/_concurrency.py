@@ -9,10 +9,6 @@
   instead of a hang forever) and can be bounded in time (:func:`set_sync_timeout`).
 * Blocking work (local ``pread``, decompression) runs on one shared, bounded thread pool,
   sized from the CPU count and configurable with :func:`set_worker_threads`.
-* Codecs: Blosc must not use its global context (``numcodecs.blosc.use_threads``), or the
-  compressions and decompressions of many threads serialise on its lock. This module sets
-  it once for the process (zarr-python sets the same), so encoding and decoding never
-  depend on whether zarr was imported.
 * After ``os.fork`` the child gets a fresh pool: threads do not survive a fork, and a pool
   whose threads are gone would accept work and never run it. (fsspec and zarr-python reset
   their own loops after a fork.)
@@ -20,19 +16,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, TypeVar
-
-import fsspec.asyn
-import numcodecs.blosc
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import EventLoopError
+
+if TYPE_CHECKING:
+    import asyncio
+
+    import fsspec.asyn
 
 __all__ = [
     "await_on_loop",
@@ -53,8 +50,6 @@ __all__ = [
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-numcodecs.blosc.use_threads = False
 
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -107,6 +102,8 @@ def worker_pool() -> ThreadPoolExecutor:
 
 async def run_in_worker(function: Callable[..., T], *args: Any) -> T:
     """Runs blocking ``function(*args)`` on the shared pool without blocking the running loop."""
+    import asyncio  # in each function that needs it: local archives are read without asyncio (~30 ms to import)
+
     return await asyncio.get_running_loop().run_in_executor(worker_pool(), function, *args)
 
 
@@ -115,6 +112,8 @@ async def run_in_worker(function: Callable[..., T], *args: Any) -> T:
 
 def io_loop() -> asyncio.AbstractEventLoop:
     """fsspec's I/O loop, where remote requests run (and async read plans are driven)."""
+    import fsspec.asyn  # on first use: local archives never need fsspec
+
     loop: asyncio.AbstractEventLoop = fsspec.asyn.get_loop()
     return loop
 
@@ -146,6 +145,8 @@ def set_sync_timeout(seconds: float | None) -> None:
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop running on the calling thread, None if none is."""
+    import asyncio
+
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -167,6 +168,8 @@ def sync(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, *, 
             block the very loop that has to finish the work, forever.
         TimeoutError: When the coroutine did not finish in time (it is cancelled).
     """
+    import asyncio
+
     if running_loop() is loop:
         coroutine.close()
         raise EventLoopError(
@@ -192,6 +195,8 @@ def run_here(coroutine: Coroutine[Any, Any, T]) -> T:
     per thread): for coroutines whose awaits complete without another loop's I/O (e.g.
     zarr-python creating node metadata in an archive, whose store methods do their work
     synchronously), it spares the round trip to another loop's thread (~0.5 ms)."""
+    import asyncio
+
     if running_loop() is not None:  # a loop runs here already: it must not be nested
         coroutine.close()
         raise EventLoopError("run_here() was called from a running event loop")
@@ -204,6 +209,8 @@ def run_here(coroutine: Coroutine[Any, Any, T]) -> T:
 async def await_on_loop(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
     """Awaits a coroutine that belongs to ``loop`` from any running loop, without blocking
     the running loop."""
+    import asyncio
+
     if asyncio.get_running_loop() is loop:
         return await coroutine
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))

@@ -9,8 +9,7 @@ import tarfile
 
 import cbor2
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from ncore_like import ArchiveFormatError, InvalidKeyError
 from ncore_like.archive import is_node_metadata_key

@@ -25,8 +25,7 @@ from typing import Any
 
 import cbor2
 import pytest
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from ncore_like import ArchiveFormatError, ChecksumError, ConsolidatedMetadataError, IndexedTarArchive
 from ncore_like.archive._format import BLOCK_SIZE, pack_index_header

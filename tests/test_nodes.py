@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import zarr
 import zarr.storage
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ncore_like import (

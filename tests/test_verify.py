@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ncore_like import ArchiveFormatError, BloscCompression, IndexedTarArchive, IndexedTarZarrStore
 from ncore_like.archive import (

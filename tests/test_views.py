@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ncore_like import BloscCompression, IndexedTarZarrStore, NodeMetadataError
 from ncore_like._compat import chunk_key

@@ -8,9 +8,9 @@ a version.
 
 from __future__ import annotations
 
-from importlib.metadata import version
+import zarr
 
-_ZARR_VERSION = version("zarr")
+_ZARR_VERSION: str = zarr.__version__
 if int(_ZARR_VERSION.split(".")[0]) < 3:
     raise ImportError(f"ncore_like needs zarr-python >= 3.1; zarr {_ZARR_VERSION} is installed")
 

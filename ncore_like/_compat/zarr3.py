@@ -18,8 +18,7 @@ import numcodecs
 import numpy as np
 import zarr
 from numcodecs import Blosc  # how Blosc compression is passed: zarr format 2's compressor
-from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
-from zarr.abc.store import Store as ZarrStore
+from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store as ZarrStore, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.group import AsyncGroup
 from zarr.core.sync import _get_loop

@@ -1,33 +1,63 @@
 """Layer 1: the ``.itar`` format and ``IndexedTarArchive`` (knows nothing about zarr beyond
-which keys are node metadata)."""
+which keys are node metadata).
 
+Bulk reads and verification of whole archives are imported on first use (see
+:mod:`ncore_like._lazy`): reading records needs neither.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ._archive import IndexedTarArchive, IndexTailRetention, Record
 from ._format import is_node_metadata_key
+from ._location import Location
 
-__all__ = ["IndexTailRetention", "IndexedTarArchive", "Record", "is_node_metadata_key"]
+if TYPE_CHECKING:
+    from ._bulk import map_records as map_records, read_records as read_records
+    from ._verify import (
+        ArchiveReport as ArchiveReport,
+        Problem as Problem,
+        TarMember as TarMember,
+        TarStop as TarStop,
+        VerifyProgress as VerifyProgress,
+        error_detail as error_detail,
+        scan_tar as scan_tar,
+        verify_archive as verify_archive,
+    )
 
-# Bulk reads of many records, and verification of whole archives.
-from ._bulk import map_records, read_records
-from ._verify import (
-    ArchiveReport,
-    Problem,
-    TarMember,
-    TarStop,
-    VerifyProgress,
-    error_detail,
-    scan_tar,
-    verify_archive,
-)
+_LAZY = {
+    **dict.fromkeys(["map_records", "read_records"], "._bulk"),
+    **dict.fromkeys(
+        [
+            "ArchiveReport",
+            "Problem",
+            "TarMember",
+            "TarStop",
+            "VerifyProgress",
+            "error_detail",
+            "scan_tar",
+            "verify_archive",
+        ],
+        "._verify",
+    ),
+}
 
-__all__ += [
+__all__ = [
     "ArchiveReport",
+    "IndexTailRetention",
+    "IndexedTarArchive",
+    "Location",
     "Problem",
+    "Record",
     "TarMember",
     "TarStop",
     "VerifyProgress",
     "error_detail",
+    "is_node_metadata_key",
     "map_records",
     "read_records",
     "scan_tar",
     "verify_archive",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -9,9 +9,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import PurePath
-from typing import Any, Literal, NamedTuple, get_args
-
-from upath import UPath
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
 from .._concurrency import run_in_worker
 from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
@@ -27,9 +25,12 @@ from ._format import (
     unpack_index_header,
     validate_key,
 )
-from ._location import display_name, local_path, to_upath
+from ._location import Location
 from ._sources import FsspecSource, LocalSource, RecordSource
 from ._writer import ArchiveWriter
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
 
@@ -83,11 +84,10 @@ def _clipped(start: int, stop: int, size: int) -> tuple[int, int]:
     return max(0, min(start, size)), max(0, min(stop, size))
 
 
-def _open_source(upath: UPath, range_reads: bool) -> RecordSource:
-    path = local_path(upath)
-    if path is not None:
-        return LocalSource(path)
-    return FsspecSource(upath, range_reads=range_reads)
+def _open_source(location: Location, range_reads: bool) -> RecordSource:
+    if location.local is not None:
+        return LocalSource(location.local)
+    return FsspecSource(location, range_reads=range_reads)
 
 
 class IndexedTarArchive:
@@ -149,7 +149,7 @@ class IndexedTarArchive:
 
     def __init__(
         self,
-        itar_path: str | PurePath | UPath,
+        itar_path: str | PurePath | UPath | Location,
         mode: Literal["r", "w"] = "r",
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
@@ -157,12 +157,12 @@ class IndexedTarArchive:
         verify_checksums: bool | None = None,
         checksums: bool = True,
     ) -> None:
-        self._init_state(to_upath(itar_path), mode, index_tail_read_size, remote_range_reads, verify_checksums)
+        self._init_state(Location(itar_path), mode, index_tail_read_size, remote_range_reads, verify_checksums)
         if mode == "w":
-            self._writer = ArchiveWriter(self._upath, checksums=checksums)
+            self._writer = ArchiveWriter(self._location, checksums=checksums)
             self._crcs = self._writer.crcs
             return
-        source = _open_source(self._upath, self._remote_range_reads)
+        source = _open_source(self._location, self._remote_range_reads)
         self._source = source
         self._is_remote = source.is_remote
         self._verify = self._is_remote if verify_checksums is None else bool(verify_checksums)
@@ -178,16 +178,16 @@ class IndexedTarArchive:
 
     def _init_state(
         self,
-        upath: UPath,
+        location: Location,
         mode: str,
         index_tail_read_size: int | None,
         remote_range_reads: bool,
         verify_checksums: bool | None = None,
     ) -> None:
         if mode not in ("r", "w"):
-            raise ValueError(f"{display_name(upath)}: invalid mode {mode!r} (expected 'r' or 'w')")
-        self._upath = upath
-        self._name = display_name(upath)
+            raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r' or 'w')")
+        self._location = location
+        self._name = location.name
         self._mode: Literal["r", "w"] = "r" if mode == "r" else "w"
         self._tail_read_size = index_tail_read_size
         self._remote_range_reads = bool(remote_range_reads)
@@ -275,7 +275,7 @@ class IndexedTarArchive:
     @classmethod
     async def open_async(
         cls,
-        itar_path: str | PurePath | UPath,
+        itar_path: str | PurePath | UPath | Location,
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         prefetch_keys: Iterable[str] = (),
@@ -290,19 +290,19 @@ class IndexedTarArchive:
         ``prefetch_keys`` that exist (e.g. the consolidated metadata record) are fetched
         while opening and held in memory until they are read once.
         """
-        upath = to_upath(itar_path)
-        source = _open_source(upath, remote_range_reads)
+        location = Location(itar_path)
+        source = _open_source(location, remote_range_reads)
         if not source.is_remote:
             source.close()
             archive = await run_in_worker(
                 functools.partial(
-                    cls, upath, "r", index_tail_read_size, remote_range_reads, verify_checksums=verify_checksums
+                    cls, location, "r", index_tail_read_size, remote_range_reads, verify_checksums=verify_checksums
                 )
             )
             await run_in_worker(archive._prefetch, tuple(prefetch_keys))
             return archive
         archive = cls.__new__(cls)
-        archive._init_state(upath, "r", index_tail_read_size, remote_range_reads, verify_checksums)
+        archive._init_state(location, "r", index_tail_read_size, remote_range_reads, verify_checksums)
         archive._source, archive._is_remote = source, True
         archive._verify = True if verify_checksums is None else bool(verify_checksums)
         try:
@@ -344,7 +344,12 @@ class IndexedTarArchive:
     @property
     def itar_upath(self) -> UPath:
         """Absolute location of the archive."""
-        return self._upath
+        return self._location.upath
+
+    @property
+    def location(self) -> Location:
+        """Absolute location of the archive (a local path without fsspec, or a URL)."""
+        return self._location
 
     @property
     def mode(self) -> Literal["r", "w"]:
@@ -476,7 +481,7 @@ class IndexedTarArchive:
         if source is None:  # unpickled: opened on first use
             with self._lock:
                 if self._source is None:
-                    self._source = _open_source(self._upath, self._remote_range_reads)
+                    self._source = _open_source(self._location, self._remote_range_reads)
                     self._source.set_file_size(self._file_size)
                 source = self._source
         return source
@@ -633,7 +638,7 @@ class IndexedTarArchive:
         ``path`` after ``position``, holding the records of ``index`` (found there by
         recovery). Closing it publishes the archive at ``path``."""
         archive = cls.__new__(cls)
-        archive._init_state(to_upath(path), "w", TAIL_READ_SIZE, False, verify_checksums)
+        archive._init_state(Location(path), "w", TAIL_READ_SIZE, False, verify_checksums)
         writer = ArchiveWriter.resume(path, position, checksums=index.checksums is not None)
         archive._writer = writer
         archive._set_index(Index(list(index.keys), list(index.offsets), list(index.sizes), index.checksums))
@@ -787,8 +792,7 @@ class IndexedTarArchive:
         if self._mode == "w":
             raise TypeError(f"{self._name}: an archive opened for writing can't be pickled")
         return {
-            "location": str(self._upath),
-            "storage_options": dict(self._upath.storage_options),
+            "location": self._location,
             "index_tail_read_size": self._tail_read_size,
             "remote_range_reads": self._remote_range_reads,
             "is_remote": self._is_remote,
@@ -800,9 +804,9 @@ class IndexedTarArchive:
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        upath = UPath(state["location"], **state["storage_options"])
+        location: Location = state["location"]
         self._init_state(
-            upath, "r", state["index_tail_read_size"], state["remote_range_reads"], state["verify_checksums"]
+            location, "r", state["index_tail_read_size"], state["remote_range_reads"], state["verify_checksums"]
         )
         self._verify = state["verify"]
         self._is_remote = state["is_remote"]

@@ -30,12 +30,14 @@ import struct
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cbor2
-import numpy as np
 
 from ..errors import ArchiveFormatError, InvalidKeyError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "BLOCK_SIZE",
@@ -276,6 +278,8 @@ def decode_index(data: bytes | memoryview, header: IndexHeader, archive: str) ->
             f"corrupt record index ({INDEX_CHECKSUMS_KEY} is no list of {len(keys)} checksums)", archive=archive
         )
     if keys:
+        import numpy as np  # here, not at the top: the archive layer imports in a fraction of numpy's time
+
         try:
             # Typed C arrays reject anything but integers, and numpy checks the entries
             # without a Python object per record: opening large archives stays cheap.
@@ -302,6 +306,8 @@ def _check_entries(
     """Raises :class:`ArchiveFormatError` naming the first index entry (in file order) that
     can't be a tar member's payload: each lies after its header block, block-aligned, with a
     size that is not negative, before the index, and clear of the next payload's header."""
+    import numpy as np
+
     order = np.argsort(offsets, kind="stable")
     start, size = offsets[order], sizes[order]
     # Compared before anything is added: the header's offset is below 2**62, so sums of

@@ -1,40 +1,94 @@
-"""Where an archive lives: local paths and fsspec URLs, as universal-pathlib ``UPath``s."""
+"""Where an archive lives: a local path, or an fsspec URL (a universal-pathlib ``UPath``).
+
+Local paths stay plain strings, opened with ``os`` calls: reading a local archive never
+imports fsspec or universal-pathlib (~40 ms), which matters for short-lived processes
+(command lines, DataLoader workers). The ``UPath`` of a local archive is built on request.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from upath import UPath
+if TYPE_CHECKING:
+    from upath import UPath
 
-__all__ = ["display_name", "fresh_upath", "local_path", "to_upath"]
+__all__ = ["Location"]
 
 _LOCAL_PROTOCOLS = frozenset({"", "file", "local"})
 
 
-def to_upath(location: str | PurePath | UPath) -> UPath:
-    """The absolute ``UPath`` of a local path or URL (storage options of a ``UPath`` kept)."""
-    upath = location if isinstance(location, UPath) else UPath(location)
-    if upath.protocol in _LOCAL_PROTOCOLS:
-        return upath.absolute()
-    return upath
+def _is_upath(location: object) -> bool:
+    # Without importing universal-pathlib: nothing can be a UPath before it was imported.
+    upath = sys.modules.get("upath")
+    return upath is not None and isinstance(location, upath.UPath)
 
 
-def local_path(upath: UPath) -> str | None:
-    """The operating-system path of a local location, ``None`` for remote ones."""
-    if upath.protocol in _LOCAL_PROTOCOLS:
-        return str(upath.path)
-    return None
+def _is_url(text: str) -> bool:
+    # "s3://bucket/key", "file:///tmp/x", chained "simplecache::s3://..."
+    return "://" in text or "::" in text
 
 
-def display_name(upath: UPath) -> str:
-    """The location as people write it: a path for local files, a URL otherwise."""
-    return local_path(upath) or str(upath)
+class Location:
+    """An archive's absolute location: :attr:`local` (an operating-system path) for local
+    archives, :attr:`upath` (with its storage options) for any other fsspec filesystem."""
+
+    __slots__ = ("_upath", "local")
+
+    def __init__(self, location: str | PurePath | UPath | Location) -> None:
+        self._upath: UPath | None
+        self.local: str | None
+        if isinstance(location, Location):
+            self.local, self._upath = location.local, location._upath
+        elif _is_upath(location) or (isinstance(location, str) and _is_url(location)):
+            from upath import UPath
+
+            upath = location if isinstance(location, UPath) else UPath(location)
+            local = upath.protocol in _LOCAL_PROTOCOLS
+            self._upath = upath.absolute() if local else upath
+            self.local = str(self._upath.path) if local else None
+        else:
+            self.local, self._upath = os.path.abspath(os.fspath(location)), None  # type: ignore[arg-type]
+
+    @property
+    def upath(self) -> UPath:
+        """The location as a ``UPath`` (for local archives, built on first use)."""
+        if self._upath is None:
+            from upath import UPath
+
+            assert self.local is not None  # a location without a UPath is a local one
+            self._upath = UPath(self.local)
+        return self._upath
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {} if self.local is not None else dict(self.upath.storage_options)
+
+    @property
+    def name(self) -> str:
+        """The location as people write it: a path for local files, a URL otherwise."""
+        return self.local if self.local is not None else str(self.upath)
+
+    def fresh_upath(self) -> UPath:
+        """A new ``UPath`` of the same location and options, with its own filesystem object
+        (fsspec filesystem objects of a parent process are unusable after ``fork``)."""
+        from upath import UPath
+
+        fresh: UPath = UPath(str(self.upath), **self.storage_options)
+        return fresh
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.local is not None:
+            return (Location, (self.local,))
+        return (_remote_location, (str(self.upath), self.storage_options))
+
+    def __repr__(self) -> str:
+        return f"Location({self.name!r})"
 
 
-def fresh_upath(upath: UPath) -> UPath:
-    """A new ``UPath`` of the same location and options, with its own filesystem object
-    (fsspec filesystem objects of a parent process are unusable after ``fork``)."""
-    options: dict[str, Any] = dict(upath.storage_options)
-    fresh: UPath = UPath(str(upath), **options)
-    return fresh
+def _remote_location(url: str, storage_options: dict[str, Any]) -> Location:
+    from upath import UPath
+
+    return Location(UPath(url, **storage_options))

@@ -23,17 +23,18 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import IO
-
-from upath import UPath
+from typing import IO, TYPE_CHECKING
 
 from ..errors import ArchiveFormatError, NcoreLikeError
 from ._archive import IndexedTarArchive
 from ._checksum import checksum
 from ._format import BLOCK_SIZE, Index, header_checksum
-from ._location import display_name, local_path, to_upath
+from ._location import Location
 from ._verify import TarMember, TarStop, scan_tar
 from ._writer import PARTIAL_SUFFIX, partial_path
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 __all__ = ["RecoveryReport", "find_partial", "recover_records"]
 
@@ -77,11 +78,11 @@ def find_partial(path: str | PurePath | UPath) -> tuple[str, str]:
         FileNotFoundError: If there is no such unfinished file.
         ValueError: For remote locations (an unfinished upload leaves no object).
     """
-    upath = to_upath(path)
-    local = local_path(upath)
+    location = Location(path)
+    local = location.local
     if local is None:
         raise ValueError(
-            f"{display_name(upath)}: only local archives can be recovered (an unfinished upload to object "
+            f"{location.name}: only local archives can be recovered (an unfinished upload to object "
             "storage leaves no object behind)"
         )
     if local.endswith(PARTIAL_SUFFIX):
@@ -153,7 +154,7 @@ def recover_records(
         to give up), and the report.
     """
     partial, final = find_partial(path)
-    target = final if dest is None else local_path(to_upath(dest))
+    target = final if dest is None else Location(dest).local
     if target is None:
         raise ValueError(f"{dest}: recovered archives are written to local files")
     if os.path.realpath(target) == os.path.realpath(partial):

@@ -20,13 +20,9 @@ import stat
 import threading
 from typing import Any, Protocol
 
-import fsspec.asyn
-import fsspec.spec
-from upath import UPath
-
 from .._concurrency import await_on_loop, fsspec_loop, run_in_worker, sync
 from ..errors import ArchiveFormatError
-from ._location import display_name, fresh_upath
+from ._location import Location
 
 __all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "LocalSource", "RecordSource"]
 
@@ -86,6 +82,20 @@ def _truncated(name: str, offset: int, size: int, got: int) -> ArchiveFormatErro
     return ArchiveFormatError(
         f"truncated archive, {size} bytes at offset {offset} requested but {got} read", archive=name
     )
+
+
+def _is_async(fs: Any) -> bool:
+    """True for async filesystems (S3, HTTP, GCS...), whose coroutines run on fsspec's loop.
+    fsspec is imported here, once an fsspec URL is opened: local archives never need it."""
+    import fsspec.asyn
+
+    return isinstance(fs, fsspec.asyn.AsyncFileSystem)
+
+
+def _is_buffered_file(file: Any) -> bool:
+    import fsspec.spec
+
+    return isinstance(file, fsspec.spec.AbstractBufferedFile)
 
 
 class LocalSource:
@@ -158,9 +168,11 @@ class FsspecSource:
     objects of the parent are bound to an event-loop thread that the child does not have.
     """
 
-    def __init__(self, upath: UPath, *, range_reads: bool) -> None:
+    def __init__(self, location: Location, *, range_reads: bool) -> None:
+        upath = location.upath
+        self._location = location
         self._upath = upath
-        self._name = display_name(upath)
+        self._name = location.name
         self._range_reads = range_reads
         self._lock = threading.Lock()  # guards the buffered file object (it has a position)
         self._file: Any = None
@@ -168,16 +180,17 @@ class FsspecSource:
         self._pid = os.getpid()
         self._fs: Any = upath.fs
         self._path: str = upath.path
+        self._remote = _is_async(self._fs)
 
     @property
     def is_remote(self) -> bool:
-        return isinstance(self._fs, fsspec.asyn.AsyncFileSystem)
+        return self._remote
 
     def _filesystem(self) -> Any:
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
-                    self._upath = fresh_upath(self._upath)
+                    self._upath = self._location.fresh_upath()
                     self._fs, self._file, self._pid = self._upath.fs, None, os.getpid()
         return self._fs
 
@@ -243,7 +256,7 @@ class FsspecSource:
         except TypeError:  # a filesystem whose open() takes no size
             options.pop("size", None)
             file = fs.open(self._path, **options)
-        if self._file_size is not None and isinstance(file, fsspec.spec.AbstractBufferedFile):
+        if self._file_size is not None and _is_buffered_file(file):
             # s3fs looks up the file's details (a HEAD request) on its first fetch unless
             # they are known; the index header told the size already.
             file.details = {"name": self._path, "size": self._file_size, "type": "file"}
@@ -278,7 +291,7 @@ class FsspecSource:
         with self._lock:
             if self._file is not None:
                 self._close_file_quietly(self._file)
-            self._upath = fresh_upath(self._upath)
+            self._upath = self._location.fresh_upath()
             self._fs, self._file, self._pid = self._upath.fs, None, os.getpid()
 
     def close(self) -> None:

@@ -45,7 +45,6 @@ from ._format import (
     parse_tar_header,
     tar_data_size,
 )
-from ._location import display_name, local_path
 
 __all__ = [
     "READ_ERRORS",
@@ -425,10 +424,10 @@ def _check_records(
 
 
 def _open_file(archive: IndexedTarArchive) -> IO[bytes]:
-    path = local_path(archive.itar_upath)
+    path = archive.location.local
     if path is not None:
         return open(path, "rb")
-    file: IO[bytes] = archive.itar_upath.open("rb")
+    file: IO[bytes] = archive.location.upath.open("rb")
     return file
 
 
@@ -452,7 +451,7 @@ def verify_archive(
     Raises:
         OSError: If the archive's file can't be opened for the walk through its headers.
     """
-    name = display_name(archive.itar_upath)
+    name = archive.location.name
     records = archive.records
     report = ArchiveReport(name, records=len(records))
     with _open_file(archive) as file:

@@ -34,8 +34,6 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from upath import UPath
-
 from ..errors import UnfinishedArchiveError
 from ._checksum import checksum
 from ._format import (
@@ -46,7 +44,7 @@ from ._format import (
     padding,
     tar_end,
 )
-from ._location import display_name, local_path
+from ._location import Location
 
 __all__ = ["PARTIAL_SUFFIX", "ArchiveWriter", "partial_path"]
 
@@ -142,8 +140,9 @@ class _FileSink:
     """A file object of an fsspec filesystem opened for writing (e.g. an S3 upload, which
     becomes an object when the file is closed)."""
 
-    def __init__(self, upath: UPath) -> None:
-        self._name = display_name(upath)
+    def __init__(self, location: Location) -> None:
+        upath = location.upath
+        self._name = location.name
         self._file: Any = upath.fs.open(upath.path, "wb")
 
     def write(self, buffers: Sequence[_Buffer], total: int) -> None:
@@ -191,13 +190,13 @@ class ArchiveWriter:
     Not thread-safe by itself: the archive serialises calls under its lock.
 
     Args:
-        upath: The archive's final location.
+        location: The archive's final location.
         checksums: Store the CRC32C of every payload (in its tar header and the index).
     """
 
-    def __init__(self, upath: UPath, *, checksums: bool = True) -> None:
-        path = local_path(upath)
-        self._sink: _Sink = _LocalSink(path) if path is not None else _FileSink(upath)
+    def __init__(self, location: Location, *, checksums: bool = True) -> None:
+        path = location.local
+        self._sink: _Sink = _LocalSink(path) if path is not None else _FileSink(location)
         self.position = 0
         self.crcs: list[int] | None = [] if checksums else None
         """The CRC32C of every record appended, in order (None without checksums)."""

@@ -168,7 +168,7 @@ class Backend:
         if not task.stored:
             self._fill(task, layout, out)
             return
-        where = str(layout.archive.itar_upath)
+        where = layout.archive.location.name
         archive = layout.archive
         region = self._direct_region(task, layout, out)
         if region is not None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-import numcodecs.blosc
 import numpy as np
 
+from .._codecs import blosc
 from ..errors import ArchiveFormatError
 
 __all__ = ["decode_into", "scratch_buffer"]
@@ -42,7 +42,7 @@ def decode_into(
         dest[:] = np.frombuffer(record, dtype=np.uint8)
         return
     try:
-        nbytes = numcodecs.blosc._cbuffer_sizes(record)[0]
+        nbytes = blosc._cbuffer_sizes(record)[0]
     except Exception as error:
         raise ArchiveFormatError(
             f"chunk record {key!r} is no Blosc stream ({error})", archive=where, key=key
@@ -52,7 +52,7 @@ def decode_into(
             f"chunk record {key!r} decompresses to {nbytes} bytes, expected {dest.size}", archive=where, key=key
         )
     try:
-        numcodecs.blosc.decompress(record, dest)
+        blosc.decompress(record, dest)
     except Exception as error:
         raise ArchiveFormatError(
             f"chunk record {key!r} can't be decompressed ({error})", archive=where, key=key

@@ -10,14 +10,15 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from upath import UPath
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..archive import error_detail
-from ..archive._location import display_name, local_path, to_upath
+from ..archive._location import Location as ArchiveLocation
 from ..errors import NcoreLikeError
 from ..store import IndexedTarZarrStore
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -106,20 +107,26 @@ class Location:
     """A local path or a remote URL given on the command line, with the storage options of
     the command (used for remote locations only)."""
 
-    upath: UPath
+    where: ArchiveLocation
 
     @classmethod
     def parse(cls, text: str, storage_options: Sequence[tuple[str, Any]] = ()) -> Location:
         """The location ``text`` names: a URL with a scheme (``s3://``, ``memory://``,
         ``file://``...) gets the storage options; anything else is a local path."""
         if _URL.match(text):
-            return cls(to_upath(UPath(text, **dict(storage_options))))
-        return cls(to_upath(text))
+            from upath import UPath
+
+            return cls(ArchiveLocation(UPath(text, **dict(storage_options))))
+        return cls(ArchiveLocation(text))
+
+    @property
+    def upath(self) -> UPath:
+        return self.where.upath
 
     @property
     def local(self) -> str | None:
         """The operating-system path of a local location, None for remote ones."""
-        return local_path(self.upath)
+        return self.where.local
 
     @property
     def is_remote(self) -> bool:
@@ -129,7 +136,7 @@ class Location:
     @property
     def name(self) -> str:
         """How messages name the location (a path, or the URL)."""
-        return display_name(self.upath)
+        return self.where.name
 
     @property
     def target(self) -> str | UPath:

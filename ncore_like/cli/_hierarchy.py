@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Literal
 
 from ..archive import IndexedTarArchive
-from ..archive._location import display_name
 from ..backend import is_blob as _is_blob
 from ..errors import ArchiveFormatError
 from ..nodes import Array, Group
@@ -44,7 +43,7 @@ def root_zarr_format(archive: IndexedTarArchive) -> ZarrFormat | None:
     Raises:
         ArchiveFormatError: For a root metadata record that isn't JSON of a known zarr format.
     """
-    name = display_name(archive.itar_upath)
+    name = archive.location.name
     for zarr_format, key in ROOT_METADATA_KEYS.items():
         if key not in archive:
             continue

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numcodecs.blosc
 import numpy as np
 import numpy.typing as npt
 
+from .._codecs import blosc
 from .._compat import guess_chunks
 from ._compression import BloscCompression
 
@@ -108,7 +108,7 @@ def encode_chunk(
     values = np.ascontiguousarray(values)
     if compression is None:
         return values.tobytes()
-    return numcodecs.blosc.compress(  # type: ignore[no-any-return]
+    return blosc.compress(  # type: ignore[no-any-return]
         values,
         compression.cname.encode(),
         compression.clevel,

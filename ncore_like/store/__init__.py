@@ -1,14 +1,19 @@
-"""Layer 2: zarr hierarchies in stores: ``IndexedTarZarrStore`` (a zarr-python 3 store over
+"""Layer 2: zarr hierarchies in stores: ``IndexedTarZarrStore`` (a zarr-python store over
 an archive), ``ZarrStoreAdapter`` (any other zarr-python store) and the compressed
-consolidated metadata records."""
+consolidated metadata records. Recovery is imported on first use."""
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ..errors import ConsolidatedMetadataError
 from ._adapter import ZarrStoreAdapter
 from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
 from ._itar_store import IndexedTarZarrStore
-from ._recover import RecoveryReport, recover
 from ._zarr_store import ItarZarrStore
+
+if TYPE_CHECKING:
+    from ._recover import RecoveryReport as RecoveryReport, recover as recover
 
 __all__ = [
     "CONSOLIDATED_KEY_V2",
@@ -22,3 +27,5 @@ __all__ = [
     "is_consolidated_metadata_key",
     "recover",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(["RecoveryReport", "recover"], "._recover"), globals())

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import PurePath
-
-from upath import UPath
+from typing import TYPE_CHECKING
 
 from .._compat import ZarrStore, local_store
-from ..archive._location import local_path, to_upath
+from ..archive._location import Location
 from ._base import Store
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 __all__ = ["ZarrStoreAdapter"]
 
@@ -25,7 +27,7 @@ class ZarrStoreAdapter(Store):
     def directory(cls, path: str | PurePath | UPath) -> ZarrStoreAdapter:
         """A hierarchy in a local directory (a folder per node, a file per record, e.g. for
         debugging); existing files are kept when writing."""
-        location = local_path(to_upath(path))
+        location = Location(path).local
         if location is None:
             raise ValueError(f"{path}: not a local directory")
         return cls(local_store(location, read_only=False))

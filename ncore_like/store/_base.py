@@ -9,6 +9,7 @@ this layer never imports it (names of higher layers appear in annotations only).
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -29,9 +30,9 @@ from ._consolidated import (
     collects,
     decode_consolidated,
     encode_consolidated,
+    is_consolidated_metadata_key as _is_consolidated_metadata_key,
     zarr_nodes,
 )
-from ._consolidated import is_consolidated_metadata_key as _is_consolidated_metadata_key
 from ._metadata import NodeView
 
 if TYPE_CHECKING:
@@ -65,8 +66,11 @@ def install_typed_layer(layer: TypedLayer) -> None:
 
 
 def _typed() -> TypedLayer:
-    if _typed_layer is None:  # only if ncore_like's package __init__ was bypassed
-        raise RuntimeError("the typed layer is not installed: import ncore_like (or ncore_like.nodes) first")
+    if _typed_layer is None:
+        # The typed layer installs itself when imported; importing it by name keeps this layer
+        # free of a static dependency on the one above (``ncore_like`` imports it lazily).
+        importlib.import_module("ncore_like.nodes")
+    assert _typed_layer is not None, "ncore_like.nodes did not install the typed layer"
     return _typed_layer
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePath
-from typing import Any, Literal
-
-from upath import UPath
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._compat import ZarrArray, ZarrGroup, array_from_document, group_from_document, open_group
 from .._defaults import DECODED_CONSOLIDATED_RECORDS, TAIL_READ_SIZE
@@ -17,6 +15,9 @@ from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes, decode_consolidated, zarr_nodes
 from ._metadata import ArrayView, GroupView, NodeView, parse_node
 from ._zarr_store import ItarZarrStore
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 __all__ = ["IndexedTarZarrStore"]
 
@@ -104,7 +105,7 @@ class IndexedTarZarrStore(Store):
 
     @property
     def name(self) -> str:
-        return str(self._archive.itar_upath)
+        return self._archive.location.name
 
     def close(self) -> None:
         """Closes the store: when writing, appends the node metadata records and the index."""

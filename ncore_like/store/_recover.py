@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePath
-
-from upath import UPath
+from typing import TYPE_CHECKING
 
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
 from ..archive._recover import RecoveryReport, recover_records
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
 from ._itar_store import IndexedTarZarrStore
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 __all__ = ["RecoveryReport", "recover"]
 

@@ -12,9 +12,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import PurePath
-from typing import Any
-
-from upath import UPath
+from typing import TYPE_CHECKING, Any
 
 from .._compat import (
     Buffer,
@@ -30,6 +28,9 @@ from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
 from ..errors import ReadOnlyError, RecordExistsError
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 __all__ = ["ItarZarrStore"]
 
@@ -73,7 +74,7 @@ class ItarZarrStore(SyncZarrStore):
             archive, owned = itar, False
             read_only = archive.mode == "r" if read_only is None else read_only
             if not read_only and archive.mode == "r":
-                raise ReadOnlyError("archive is opened for reading, store can't write", archive=str(archive.itar_upath))
+                raise ReadOnlyError("archive is opened for reading, store can't write", archive=archive.location.name)
         else:
             read_only = True if read_only is None else read_only
             archive = IndexedTarArchive(
@@ -86,7 +87,7 @@ class ItarZarrStore(SyncZarrStore):
             owned = True
         super().__init__(read_only=read_only)
         self._archive = archive
-        self._name = str(archive.itar_upath)
+        self._name = archive.location.name
         self._owns_archive = owned
         self._node_metadata = node_metadata
 
@@ -107,15 +108,15 @@ class ItarZarrStore(SyncZarrStore):
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, ItarZarrStore)
-            and str(other._archive.itar_upath) == str(self._archive.itar_upath)
+            and other._archive.location.name == self._archive.location.name
             and other.read_only == self.read_only
         )
 
     def __hash__(self) -> int:
-        return hash((str(self._archive.itar_upath), self.read_only))
+        return hash((self._archive.location.name, self.read_only))
 
     def __repr__(self) -> str:
-        return f"ItarZarrStore({str(self._archive.itar_upath)!r}, read_only={self.read_only})"
+        return f"ItarZarrStore({self._archive.location.name!r}, read_only={self.read_only})"
 
     def __getstate__(self) -> dict[str, Any]:
         # Only readers pickle (the archive refuses writers), by location, options and index.
@@ -159,7 +160,7 @@ class ItarZarrStore(SyncZarrStore):
         overlaid = self._overlaid(key)
         if overlaid is not self._NOT_OVERLAID:
             if overlaid is None:
-                raise FileNotFoundError(f"{self._archive.itar_upath}: no record {key!r}")
+                raise FileNotFoundError(f"{self._archive.location.name}: no record {key!r}")
             return len(overlaid)
         record = self._archive.records.get(key)
         if record is not None:
@@ -213,7 +214,7 @@ class ItarZarrStore(SyncZarrStore):
 
     async def getsize(self, key: str) -> int:
         if self._overlaid(key) is self._NOT_OVERLAID and key not in self._archive:
-            raise FileNotFoundError(f"{self._archive.itar_upath}: no record {key!r}")
+            raise FileNotFoundError(f"{self._archive.location.name}: no record {key!r}")
         return self._size(key)
 
     # -- writing (async and sync twins) --------------------------------------------------
