@@ -35,9 +35,9 @@ __all__ = [
     "await_on_loop",
     "default_workers",
     "fsspec_loop",
+    "in_worker_thread",
     "io_loop",
     "ordered_map",
-    "run_here",
     "run_in_worker",
     "running_loop",
     "set_sync_timeout",
@@ -95,9 +95,24 @@ def worker_pool() -> ThreadPoolExecutor:
     if pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = ThreadPoolExecutor(worker_threads(), thread_name_prefix="ncore_like")
+                _pool = ThreadPoolExecutor(
+                    worker_threads(), thread_name_prefix="ncore_like", initializer=_mark_worker_thread
+                )
             pool = _pool
     return pool
+
+
+_local = threading.local()
+
+
+def _mark_worker_thread() -> None:
+    _local.worker = True
+
+
+def in_worker_thread() -> bool:
+    """True on a thread of the shared pool: work submitted to the pool from there and waited
+    for could wait forever (every worker waiting), so callers do it inline instead."""
+    return bool(getattr(_local, "worker", False))
 
 
 async def run_in_worker(function: Callable[..., T], *args: Any) -> T:
@@ -187,25 +202,6 @@ def sync(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, *, 
         raise TimeoutError(f"a blocking call did not finish within {limit} s (cancelled)") from error
 
 
-_local = threading.local()
-
-
-def run_here(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Runs a coroutine to completion on the calling thread's own event loop (created once
-    per thread): for coroutines whose awaits complete without another loop's I/O (e.g.
-    zarr-python creating node metadata in an archive, whose store methods do their work
-    synchronously), it spares the round trip to another loop's thread (~0.5 ms)."""
-    import asyncio
-
-    if running_loop() is not None:  # a loop runs here already: it must not be nested
-        coroutine.close()
-        raise EventLoopError("run_here() was called from a running event loop")
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _local.loop = asyncio.new_event_loop()
-    return loop.run_until_complete(coroutine)
-
-
 async def await_on_loop(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
     """Awaits a coroutine that belongs to ``loop`` from any running loop, without blocking
     the running loop."""
@@ -264,11 +260,9 @@ def ordered_map(
 
 
 def _reset_after_fork() -> None:
-    global _pool, _local
-    # The parent's threads do not exist here; drop the pool without waiting for them. The
-    # calling thread's loop shares its selector with the parent: start afresh.
+    global _pool
+    # The parent's threads do not exist here; drop the pool without waiting for them.
     _pool = None
-    _local = threading.local()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)

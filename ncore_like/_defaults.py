@@ -9,6 +9,7 @@ __all__ = [
     "BULK_READ_AHEAD_BYTES",
     "DECODED_CONSOLIDATED_RECORDS",
     "DECODED_INDEX_RECORDS",
+    "ENCODE_AHEAD_BYTES",
     "INLINE_BYTES",
     "MAX_BYTES_IN_FLIGHT",
     "NODE_CACHE_SIZE",
@@ -24,6 +25,11 @@ TAIL_READ_SIZE = 1 << 20
 #: worker pool costs ~150 us, which a 2-core machine wins back from ~2 MB of Blosc records
 #: on (1.3x slower at 0.8 MB, 1.2x faster at 3 MB; scripts/bench_inline_threshold.py).
 INLINE_BYTES = 1536 * 1024
+
+#: Bytes of chunks being encoded on the worker pool ahead of the thread writing their
+#: records (``create_array``): enough to keep every core busy while one record is written,
+#: small next to the array itself.
+ENCODE_AHEAD_BYTES = 64 << 20
 
 #: Bytes of remote records fetched but not yet decoded, per read (bounds memory when a
 #: read's requests all go out at once).

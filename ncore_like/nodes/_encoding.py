@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +21,8 @@ import numpy.typing as npt
 
 from .._codecs import blosc
 from .._compat import guess_chunks
+from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
+from .._defaults import ENCODE_AHEAD_BYTES
 from ._compression import BloscCompression
 
 __all__ = [
@@ -30,6 +33,8 @@ __all__ = [
     "chunk_regions",
     "default_fill_value",
     "encode_chunk",
+    "encode_chunks",
+    "prepare_values",
     "resolve_chunks",
     "storage_dtype",
 ]
@@ -94,20 +99,28 @@ def chunk_regions(
         yield coords, region
 
 
+Record = bytes | memoryview
+
+
 def encode_chunk(
     values: np.ndarray[Any, Any],
     chunks: tuple[int, ...],
     fill_value: Any,
     compression: BloscCompression | None,
-) -> bytes:
-    """The record of one chunk holding ``values`` (smaller than ``chunks`` at the edges)."""
+    *,
+    copy: bool = True,
+) -> Record:
+    """The record of one chunk holding ``values`` (smaller than ``chunks`` at the edges).
+    ``copy=False``: an uncompressed chunk that is a contiguous part of ``values`` is returned
+    as a view of it (for records written before the values can change)."""
     if values.shape != chunks:
         full = np.full(chunks, fill_value, dtype=values.dtype)
         full[tuple(slice(0, size) for size in values.shape)] = values
         values = full
     values = np.ascontiguousarray(values)
     if compression is None:
-        return values.tobytes()
+        # Viewed as bytes: datetimes and other dtypes don't export the buffer protocol.
+        return values.tobytes() if copy else memoryview(values.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
     return blosc.compress(  # type: ignore[no-any-return]
         values,
         compression.cname.encode(),
@@ -116,6 +129,48 @@ def encode_chunk(
         compression.blocksize,
         values.dtype.itemsize,
     )
+
+
+def encode_chunks(
+    values: np.ndarray[Any, Any],
+    chunks: tuple[int, ...],
+    fill_value: Any,
+    compression: BloscCompression | None,
+    *,
+    copy: bool = True,
+) -> Iterator[tuple[tuple[int, ...], Record]]:
+    """Every chunk's coordinates and record (see :func:`encode_chunk`), in C order.
+
+    Compressed chunks are encoded on the shared worker pool, a bounded number ahead of the
+    consumer (which writes them meanwhile): Blosc releases the GIL, so encoding runs on every
+    core. From a thread of that pool, chunks are encoded inline.
+    """
+    regions = chunk_regions(tuple(values.shape), chunks)
+    chunk_bytes = math.prod(chunks) * values.dtype.itemsize
+    if compression is None or in_worker_thread() or chunk_grid_shape(values.shape, chunks) in ((), (1,) * values.ndim):
+        for coords, region in regions:
+            yield coords, encode_chunk(values[region], chunks, fill_value, compression, copy=copy)
+        return
+
+    def encode(item: tuple[tuple[int, ...], tuple[slice, ...]]) -> Record:
+        return encode_chunk(values[item[1]], chunks, fill_value, compression)
+
+    workers = worker_threads()
+    encoded = ordered_map(
+        worker_pool(), encode, regions, max_items=2 * workers, max_bytes=ENCODE_AHEAD_BYTES, size=lambda _: chunk_bytes
+    )
+    with closing(encoded):
+        for (coords, _), record in encoded:
+            yield coords, record
+
+
+def prepare_values(
+    data: npt.ArrayLike, dtype: npt.DTypeLike | None, chunks: ChunksLike, zarr_format: ZarrFormat
+) -> tuple[np.ndarray[Any, Any], tuple[int, ...]]:
+    """The values as stored (:func:`storage_dtype`) and the resolved chunk shape."""
+    values = np.asarray(data) if dtype is None else np.asarray(data, dtype=dtype)
+    values = values.astype(storage_dtype(values.dtype, zarr_format), copy=False)
+    return values, resolve_chunks(chunks, tuple(int(size) for size in values.shape), values.dtype.itemsize)
 
 
 @dataclass(frozen=True)
@@ -150,8 +205,9 @@ class EncodedArray:
     ) -> EncodedArray:
         """Encodes every chunk of ``data`` as :meth:`Group.create_array` stores them.
 
-        Uses no store and no shared state, so many arrays can be encoded concurrently on
-        worker threads (Blosc releases the GIL) and stored in order afterwards.
+        Uses no store, so many arrays can be encoded concurrently on threads (Blosc releases
+        the GIL) and stored in order afterwards; the chunks of one compressed array are
+        encoded on the shared worker pool.
 
         Args:
             data: The values (their shape is the array's, their dtype too unless ``dtype``).
@@ -164,17 +220,10 @@ class EncodedArray:
         zarr_format = check_zarr_format(zarr_format)
         if compression is not None and not isinstance(compression, BloscCompression):
             raise TypeError(f"compression must be a BloscCompression or None, got {type(compression).__name__}")
-        values = np.asarray(data) if dtype is None else np.asarray(data, dtype=dtype)
-        stored = storage_dtype(values.dtype, zarr_format)
-        values = values.astype(stored, copy=False)
-        shape = tuple(int(size) for size in values.shape)
-        resolved = resolve_chunks(chunks, shape, stored.itemsize)
-        fill_value = default_fill_value(stored)
-        records = {
-            coords: encode_chunk(values[region], resolved, fill_value, compression)
-            for coords, region in chunk_regions(shape, resolved)
-        }
-        return cls(shape, stored, resolved, compression, zarr_format, fill_value, records)
+        values, resolved = prepare_values(data, dtype, chunks, zarr_format)
+        fill_value = default_fill_value(values.dtype)
+        records = {coords: bytes(record) for coords, record in encode_chunks(values, resolved, fill_value, compression)}
+        return cls(tuple(values.shape), values.dtype, resolved, compression, zarr_format, fill_value, records)
 
     def validate(self, zarr_format: ZarrFormat, where: str) -> None:
         """Raises ValueError unless the encoded array can be stored in a group of

@@ -32,6 +32,8 @@ from ._encoding import (
     ChunksLike,
     EncodedArray,
     default_fill_value,
+    encode_chunks,
+    prepare_values,
     resolve_chunks,
     storage_dtype,
 )
@@ -237,10 +239,25 @@ class Group(Node[ZarrGroup]):
             attributes: Attributes of the array.
         """
         self._check_writable()
-        encoded = EncodedArray.encode(
-            data, dtype=dtype, chunks=chunks, compression=compression, zarr_format=self.zarr_format
+        values, resolved = prepare_values(data, dtype, chunks, self.zarr_format)
+        fill_value = default_fill_value(values.dtype)
+        array = create_array_node(
+            self.zarr,
+            name,
+            shape=tuple(values.shape),
+            dtype=values.dtype,
+            chunks=resolved,
+            blosc=compression.to_numcodecs() if compression is not None else None,
+            fill_value=fill_value,
+            attributes=dict(attributes) if attributes else None,
         )
-        return self.create_encoded_array(name, encoded, attributes=attributes)
+        # Chunks are written as they are encoded (on the worker pool when compressed), and
+        # uncompressed ones straight from ``values``: the records are written before this
+        # returns, so no copy is needed.
+        store = array.store
+        for coords, record in encode_chunks(values, resolved, fill_value, compression, copy=False):
+            write_record(store, chunk_key(array, coords), record)
+        return Array(array, self._backend, store=self._store)
 
     def create_encoded_array(self, name: str, encoded: EncodedArray, *, attributes: Attributes | None = None) -> Array:
         """Creates a member array from chunks encoded by :meth:`EncodedArray.encode` (e.g. on

@@ -1,0 +1,124 @@
+"""Arrays written by the typed API are byte for byte what zarr-python writes for the same
+metadata and values: node metadata records (built from cached templates, with the
+attributes serialised per array) and chunk records (encoded on the worker pool)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+import zarr.storage
+from hypothesis import HealthCheck, given, settings, strategies as st
+from zarr.codecs import BloscCodec
+
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore
+
+DTYPES = ["<f4", ">f8", "|u1", "<i2", ">i4", "|b1", "<c8", "<M8[ns]", "<u8"]
+JSON_SCALARS = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
+JSON = st.recursive(
+    JSON_SCALARS | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+COMPRESSIONS = [
+    None,
+    BloscCompression(),
+    BloscCompression("zstd", 3, "shuffle", 0),
+    BloscCompression("lz4", 1, "noshuffle"),
+]
+
+
+def zarr_python_records(
+    zarr_format: int, name: str, data: np.ndarray, chunks: tuple[int, ...], compression: BloscCompression | None,
+    attributes: dict[str, Any], *, write: bool = True,
+) -> dict[str, bytes]:  # fmt: skip
+    """The records zarr-python itself writes for the array (in a memory store); ``write``:
+    with its values (else its node metadata only)."""
+    records: dict[str, Any] = {}
+    root = zarr.open_group(zarr.storage.MemoryStore(store_dict=records), mode="w", zarr_format=zarr_format)  # type: ignore[arg-type]
+    dtype = data.dtype if zarr_format == 2 or data.dtype.byteorder != ">" else data.dtype.newbyteorder("<")
+    compressors: Any = None
+    if compression is not None:
+        shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[compression.shuffle]
+        if zarr_format == 2:
+            compressors = numcodecs.Blosc(compression.cname, compression.clevel, shuffle, compression.blocksize)
+        else:
+            compressors = BloscCodec(
+                typesize=dtype.itemsize, cname=compression.cname, clevel=compression.clevel,
+                shuffle=compression.shuffle, blocksize=compression.blocksize,
+            )  # fmt: skip
+    array = root.create_array(
+        name, shape=data.shape, dtype=dtype, chunks=chunks, compressors=compressors, filters=None,
+        fill_value=np.zeros((), dtype)[()], attributes=attributes, config={"write_empty_chunks": True},
+    )  # fmt: skip
+    if write and data.size:
+        array[...] = data
+    return {key: value.to_bytes() for key, value in records.items() if key.startswith(f"{name}/")}
+
+
+def our_records(path: Path, name: str) -> dict[str, bytes]:
+    archive = IndexedTarArchive(path)
+    return {key: archive[key] for key in archive.keys() if key.startswith(f"{name}/")}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    zarr_format=st.sampled_from([2, 3]),
+    dtype=st.sampled_from(DTYPES),
+    shape=st.lists(st.integers(0, 9), min_size=0, max_size=3).map(tuple),
+    chunk_seed=st.lists(st.integers(1, 5), min_size=3, max_size=3),
+    compression=st.sampled_from(COMPRESSIONS),
+    attributes=st.dictionaries(st.text(max_size=6), JSON, max_size=4),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_create_array_writes_what_zarr_python_writes(
+    tmp_path_factory: pytest.TempPathFactory, zarr_format: int, dtype: str, shape: tuple[int, ...],
+    chunk_seed: list[int], compression: BloscCompression | None, attributes: dict[str, Any], seed: int,
+) -> None:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    data = np.asarray(rng.integers(0, 100, size=shape) * rng.integers(0, 2, size=shape)).astype(dtype)
+    chunks = tuple(max(1, min(c, s)) for c, s in zip(chunk_seed, shape, strict=False))
+    path = tmp_path_factory.mktemp("w") / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        root.create_array("x", data, chunks=chunks, compression=compression, attributes=attributes)
+        root.create_empty_array(
+            "e", shape=shape, dtype=dtype, chunks=chunks, compression=compression, attributes=attributes
+        )
+    assert our_records(path, "x") == zarr_python_records(zarr_format, "x", data, chunks, compression, attributes)
+    assert our_records(path, "e") == zarr_python_records(
+        zarr_format, "e", data, chunks, compression, attributes, write=False
+    )
+
+
+def test_a_large_compressed_array_is_encoded_on_the_pool_in_order(tmp_path: Path) -> None:
+    values = np.arange(64 * 256 * 256, dtype=np.float32).reshape(64, 256, 256) % 1000
+    path = tmp_path / "v.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        store.create_root_group({}).create_array("v", values, chunks=(1, 256, 256), compression=BloscCompression())
+    assert our_records(path, "v") == zarr_python_records(2, "v", values, (1, 256, 256), BloscCompression(), {})
+    archive = IndexedTarArchive(path)
+    chunk_keys = [key for key in archive.keys() if key.startswith("v/") and not key.endswith((".zarray", ".zattrs"))]
+    assert chunk_keys == [f"v/{index}.0.0" for index in range(64)]  # written in C order
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_creating_over_an_existing_node_is_refused_as_zarr_python_does(tmp_path: Path, zarr_format: int) -> None:
+    with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        root.create_group("g")
+        root.create_array("a", [1, 2])
+        with pytest.raises(zarr.errors.ContainsGroupError):
+            root.create_array("g", [1])
+        with pytest.raises(zarr.errors.ContainsArrayError):
+            root.create_array("a", [3])
+        with pytest.raises(zarr.errors.ContainsArrayError):
+            root.create_empty_array("a", shape=(2,), dtype="i8", chunks=(2,))
+    assert IndexedTarZarrStore(tmp_path / "a.itar").open_root_group(consolidated=False).array("a").read().tolist() == [
+        1,
+        2,
+    ]
