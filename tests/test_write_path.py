@@ -15,7 +15,8 @@ import zarr.storage
 from hypothesis import HealthCheck, given, settings, strategies as st
 from zarr.codecs import BloscCodec
 
-from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore
+import ncore_like.nodes._array
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, RecordExistsError
 
 DTYPES = ["<f4", ">f8", "|u1", "<i2", ">i4", "|b1", "<c8", "<M8[ns]", "<u8"]
 JSON_SCALARS = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
@@ -122,3 +123,49 @@ def test_creating_over_an_existing_node_is_refused_as_zarr_python_does(tmp_path:
         1,
         2,
     ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    zarr_format=st.sampled_from([2, 3]),
+    dtype=st.sampled_from(DTYPES),
+    rows=st.integers(1, 12),
+    row_chunk=st.integers(1, 4),
+    compression=st.sampled_from(COMPRESSIONS),
+    by_slices=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_chunk_by_chunk_writes_store_what_zarr_python_stores(
+    tmp_path_factory: pytest.TempPathFactory, zarr_format: int, dtype: str, rows: int, row_chunk: int,
+    compression: BloscCompression | None, by_slices: bool, seed: int,
+) -> None:  # fmt: skip
+    data = np.random.default_rng(seed).integers(0, 50, size=(rows, 6)).astype(dtype)
+    chunks = (row_chunk, 3)
+    path = tmp_path_factory.mktemp("w") / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store, pytest.MonkeyPatch.context() as patch:
+        # Whole chunks are encoded and stored directly, never through zarr-python's writes.
+        patch.setattr(ncore_like.nodes._array, "write_basic_selection", None)
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        array = root.create_empty_array("x", shape=data.shape, dtype=dtype, chunks=chunks, compression=compression)
+        if by_slices:  # blocks of whole chunks, the last one at the edge
+            for start in range(0, rows, row_chunk):
+                array.write(slice(start, start + row_chunk), data[start : start + row_chunk])
+        elif row_chunk == 1:  # one row per chunk, by int: the DataLoader-style writer
+            for index in range(rows):
+                array.write(index, data[index])
+        else:
+            array.write(..., data)
+    assert our_records(path, "x") == zarr_python_records(zarr_format, "x", data, chunks, compression, {})
+
+
+def test_a_chunk_written_twice_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+        array = store.create_root_group({}).create_empty_array("x", shape=(4, 2), dtype="f4", chunks=(1, 2))
+        array.write(1, [1, 2])
+        with pytest.raises(RecordExistsError, match=r"x/1\.0"):
+            array.write(slice(0, 2), [[5, 6], [7, 8]])  # chunk 0 is new, chunk 1 exists
+        array.write(0, [3, 4])  # chunk 0 was not written by the refused write
+    np.testing.assert_array_equal(
+        IndexedTarZarrStore(tmp_path / "a.itar").open_root_group(consolidated=False).array("x").read(),
+        [[3, 4], [1, 2], [0, 0], [0, 0]],
+    )

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from types import EllipsisType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from .._compat import ZarrArray, blosc_compressor, record_exists, touched_chunk_keys, write_basic_selection
+from .._compat import (
+    ZarrArray,
+    blosc_compressor,
+    chunk_key,
+    raw_chunk_layout,
+    record_exists,
+    touched_chunk_keys,
+    write_basic_selection,
+    write_record,
+)
 from ..archive import IndexedTarArchive
 from ..backend import Backend
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store
 from ..store._metadata import ArrayView
 from ._compression import BloscCompression
+from ._encoding import chunk_regions, encode_chunk
 from ._node import Node
 
 __all__ = ["Array", "Selection"]
@@ -45,6 +55,18 @@ def _is_basic_write_selection(selection: Any) -> bool:
             continue
         return False
     return True
+
+
+_UNKNOWN = object()
+
+
+class _ChunkWriter(NamedTuple):
+    """What encoding a whole chunk of an array takes."""
+
+    dtype: np.dtype[Any]  # with the stored byte order
+    chunks: tuple[int, ...]
+    compression: BloscCompression | None
+    fill_value: Any
 
 
 class Array(Node[ZarrArray]):
@@ -224,9 +246,85 @@ class Array(Node[ZarrArray]):
                 f"array {self.path!r}: writes take basic selections (ints, unit-step slices, Ellipsis), "
                 f"got {selection!r}"
             )
+        blocks = self._whole_chunks(selection)
+        if blocks is not None:
+            self._write_whole_chunks(blocks, data)
+            return
         # Chunks written already are found before anything is written, so a rejected write
         # changes nothing (zarr-python writes the chunks of a selection concurrently).
         for key in touched_chunk_keys(self.zarr, selection):
             if record_exists(self.zarr.store, key):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
         write_basic_selection(self.zarr, selection, data)
+
+    def _chunk_writer(self) -> _ChunkWriter | None:
+        """How whole chunks of this array are encoded, None if zarr-python must do it (codecs
+        other than one Blosc compressor, filters, Fortran order...); memoised."""
+        writer = self._memo.get("chunk_writer", _UNKNOWN)
+        if writer is _UNKNOWN:
+            layout = raw_chunk_layout(self.zarr)
+            compressor = blosc_compressor(self.zarr)
+            fill = self.zarr.fill_value
+            if isinstance(layout, str) or compressor == "other" or fill is None:
+                writer = None
+            else:
+                compression = None if compressor is None else BloscCompression.from_numcodecs(compressor)
+                writer = _ChunkWriter(layout[0], layout[1], compression, fill)
+            self._memo["chunk_writer"] = writer
+        return writer  # type: ignore[no-any-return]
+
+    def _whole_chunks(self, selection: Selection) -> tuple[tuple[slice, ...], tuple[int, ...]] | None:
+        """For selections made of whole chunks (the part of edge chunks inside the array
+        counts as whole): the region selected and the shape the data must broadcast to
+        (without the dimensions selected by an int). None otherwise."""
+        writer = self._chunk_writer()
+        if writer is None:
+            return None
+        shape, chunks = self.shape, writer.chunks
+        items = selection if isinstance(selection, tuple) else (selection,)
+        if sum(1 for item in items if isinstance(item, EllipsisType)) > 1:
+            return None
+        fill = len(shape) - (len(items) - sum(1 for item in items if isinstance(item, EllipsisType)))
+        if fill < 0:
+            return None  # too many indices: zarr-python's error
+        expanded: list[Any] = []
+        for item in items:
+            expanded.extend([slice(None)] * fill if isinstance(item, EllipsisType) else [item])
+        expanded.extend([slice(None)] * (len(shape) - len(expanded)))
+        region: list[slice] = []
+        data_shape: list[int] = []
+        for item, size, chunk in zip(expanded, shape, chunks, strict=True):
+            if isinstance(item, slice):
+                start, stop, _ = item.indices(size)
+                data_shape.append(max(0, stop - start))
+            else:
+                index = int(item)
+                start = index + size if index < 0 else index
+                if not 0 <= start < size:
+                    return None  # out of bounds: zarr-python's error
+                stop = start + 1
+            if start >= stop or start % chunk or (stop % chunk and stop != size):
+                return None
+            region.append(slice(start, stop))
+        return tuple(region), tuple(data_shape)
+
+    def _write_whole_chunks(self, blocks: tuple[tuple[slice, ...], tuple[int, ...]], data: npt.ArrayLike) -> None:
+        """Encodes and stores the chunks of a whole-chunk selection directly (what zarr-python
+        would store, without its per-call machinery)."""
+        writer = self._chunk_writer()
+        assert writer is not None
+        region, data_shape = blocks
+        block_shape = tuple(item.stop - item.start for item in region)
+        values = np.broadcast_to(np.asarray(data, dtype=writer.dtype), data_shape).reshape(block_shape)
+        first = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
+        pieces = [
+            (tuple(f + c for f, c in zip(first, coords, strict=True)), values[piece])
+            for coords, piece in chunk_regions(block_shape, writer.chunks)
+        ]
+        store = self.zarr.store
+        keys = [chunk_key(self.zarr, coords) for coords, _ in pieces]
+        for key in keys:  # before anything is written, so that a rejected write changes nothing
+            if record_exists(store, key):
+                raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
+        for key, (_, piece) in zip(keys, pieces, strict=True):
+            write_record(store, key, encode_chunk(piece, writer.chunks, writer.fill_value, writer.compression))

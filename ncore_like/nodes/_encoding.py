@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import Any, Literal
 
 import numpy as np
@@ -87,16 +88,19 @@ def chunk_grid_shape(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[i
     return tuple(math.ceil(size / chunk) for size, chunk in zip(shape, chunks, strict=True))
 
 
-def chunk_regions(
-    shape: tuple[int, ...], chunks: tuple[int, ...]
-) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
-    """Every chunk's coordinates and the region of the array it covers (C order)."""
+Region = tuple[slice | EllipsisType, ...]
+
+
+def chunk_regions(shape: tuple[int, ...], chunks: tuple[int, ...]) -> Iterator[tuple[tuple[int, ...], Region]]:
+    """Every chunk's coordinates and the region of the array it covers (C order), with a
+    trailing Ellipsis: indexing a 0-dimensional array with it gives an array, where ``()``
+    would give a scalar in native byte order (a big-endian value stored little-endian)."""
     for coords in itertools.product(*(range(count) for count in chunk_grid_shape(shape, chunks))):
-        region = tuple(
+        region: Region = tuple(
             slice(index * chunk, min((index + 1) * chunk, size))
             for index, chunk, size in zip(coords, chunks, shape, strict=True)
         )
-        yield coords, region
+        yield coords, (*region, ...)
 
 
 Record = bytes | memoryview
@@ -117,12 +121,13 @@ def encode_chunk(
         full = np.full(chunks, fill_value, dtype=values.dtype)
         full[tuple(slice(0, size) for size in values.shape)] = values
         values = full
-    values = np.ascontiguousarray(values)
+    # Viewed as bytes: datetimes and other dtypes don't export the buffer protocol (Blosc
+    # gets the element size as its typesize).
+    raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     if compression is None:
-        # Viewed as bytes: datetimes and other dtypes don't export the buffer protocol.
-        return values.tobytes() if copy else memoryview(values.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+        return raw.tobytes() if copy else memoryview(raw)  # type: ignore[arg-type]
     return blosc.compress(  # type: ignore[no-any-return]
-        values,
+        raw,
         compression.cname.encode(),
         compression.clevel,
         compression.shuffle_id,
@@ -152,7 +157,7 @@ def encode_chunks(
             yield coords, encode_chunk(values[region], chunks, fill_value, compression, copy=copy)
         return
 
-    def encode(item: tuple[tuple[int, ...], tuple[slice, ...]]) -> Record:
+    def encode(item: tuple[tuple[int, ...], Region]) -> Record:
         return encode_chunk(values[item[1]], chunks, fill_value, compression)
 
     workers = worker_threads()

@@ -52,7 +52,8 @@ def _chunk_problems(array: Array, slab: tuple[slice, ...], archive: str | None) 
     """The chunks of a slab that fail to read, one by one (to name their records)."""
     problems = []
     for coords, region in chunk_regions(array.shape, array.chunks):
-        if slab and not slab[0].start <= region[0].start < slab[0].stop:
+        first = region[0]
+        if slab and isinstance(first, slice) and not slab[0].start <= first.start < slab[0].stop:
             continue
         try:
             array.read(region)
