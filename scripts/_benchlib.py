@@ -15,6 +15,7 @@ import asyncio
 import gc
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import random
@@ -159,6 +160,50 @@ def expect(condition: bool, what: str) -> None:
     under ``python -O``."""
     if not condition:
         raise AssertionError(f"{what} differs from the written data")
+
+
+# -- data and raw I/O -------------------------------------------------------------------------
+
+Volume = np.ndarray[Any, np.dtype[np.float32]]
+
+
+def make_volume(shape: tuple[int, int, int], rng: np.random.Generator) -> Volume:
+    """A smooth-ish float32 volume: a sum of sinusoids plus small noise."""
+    depth, height, width = shape
+    volume: Volume = rng.standard_normal(shape, dtype=np.float32)
+    volume *= np.float32(0.002)
+    y = np.linspace(0.0, 6 * math.pi, height, dtype=np.float32)[:, None]
+    x = np.linspace(0.0, 10 * math.pi, width, dtype=np.float32)[None, :]
+    plane = (np.sin(y) * np.cos(x) + 0.5 * np.sin(0.3 * x + 0.7 * y)).astype(np.float32)
+    for index in range(depth):
+        volume[index] += plane * np.float32(1.0 + 0.1 * math.sin(0.2 * index))
+    return volume
+
+
+def write_raw(path: Path, buffers: Sequence[bytes | np.ndarray[Any, Any]], *, sync: bool = True) -> None:
+    """The buffers back to back into a new file with ``os.write``, then (``sync``) ``fsync``:
+    closing an archive puts it on disk before it publishes it, so the raw side compared with
+    a closed archive is made durable too."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        for buffer in buffers:
+            view = memoryview(buffer)  # type: ignore[arg-type]
+            while view:
+                view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unlink_all(*paths: Path) -> Callable[[], None]:
+    """A function deleting the files (e.g. ``median_times(after=...)`` between runs)."""
+
+    def unlink() -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+    return unlink
 
 
 # -- timing ---------------------------------------------------------------------------------

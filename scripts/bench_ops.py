@@ -13,21 +13,47 @@ Workloads:
 3. ``batch``: ``arr.read([i0, ..., i7], out=batch)`` of 8 random sweeps of a
    ``[sweeps, 50000, 4]`` float32 array chunked by sweep (Blosc) against the same 8 sweeps
    read one by one into the batch. Target: <= 1.2 x.
+4. ``frames``: writing ~800 KB frames one array each (``create_array(..., chunks="single",
+   compression=None, attributes=...)``, consolidate, close) against raw ``os.write`` of the
+   same bytes and ``fsync`` (closing an archive syncs it). Target: >= 0.8 x raw throughput.
+5. ``volume``: ``create_array("volume", data, chunks=(1, 1024, 1024),
+   compression=BloscCompression())`` of a 268 MB float32 volume in a new archive against the
+   Blosc encode limit on 2 threads (``numcodecs.blosc.compress`` of the same chunks, nothing
+   written). Target: >= 0.85 x the limit's throughput.
+6. ``row-writes``: writing a ``[rows, 1024]`` float32 array (Blosc, chunked by row) row by
+   row with ``arr.write(i, row)`` into an empty array, close included, against h5py writing
+   the same rows into a dataset of the same chunks and Blosc settings (hdf5plugin). Target:
+   >= 1.0 x h5py's rows per second.
+7. ``imports``: ``from ncore_like import Group, IndexedTarZarrStore, IndexedTarArchive``
+   against ``import zarr`` (each in a fresh interpreter, bytecode compiled; target <= 1.1 x),
+   and ``from ncore_like.archive import IndexedTarArchive`` alone (target <= 60 ms).
+
+Peers in the same run, where installed: h5py (with hdf5plugin for Blosc) doing the same
+operations on an HDF5 file, and the reference implementation nvidia-ncore 19.8.3 in its own
+venv (``.venv-ncore-ref``, made by the interop tests), driven by ``scripts/_ncore_ref_ops.py``
+on the same archives. Their rows have no target: they say where a user would be otherwise.
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_ops.py            # full run
+    .venv/bin/python scripts/bench_ops.py            # full run (about a minute)
     .venv/bin/python scripts/bench_ops.py --quick    # smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numcodecs.blosc
 import numpy as np
@@ -36,7 +62,12 @@ from ncore_like import BloscCompression, IndexedTarZarrStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
 import _benchlib as bench
-from _benchlib import Row, chunk_key, median_times, us
+from _benchlib import MB, Row, Volume, chunk_key, gbs, make_volume, median_times, ms, unlink_all, us, write_raw
+
+REF_PYTHON = bench.REPO_ROOT / ".venv-ncore-ref" / "bin" / "python"
+REF_SCRIPT = Path(__file__).resolve().parent / "_ncore_ref_ops.py"
+COMPRESSION = BloscCompression()  # lz4, level 5, bit-shuffle: the library's default
+NOTES: list[str] = []  # printed below the table (a peer that isn't installed...)
 
 
 @dataclass(frozen=True)
@@ -49,13 +80,82 @@ class Config:
     sweeps: int = 200
     batches: int = 50
     repeats: int = 7
+    write_repeats: int = 5
+    volume_shape: tuple[int, int, int] = (64, 1024, 1024)
+    row_writes: int = 20_000
+    import_rounds: int = 15
     seed: int = 0
 
 
 def configure(args: argparse.Namespace) -> Config:
     if not args.quick:
         return Config(seed=args.seed)
-    return Config(frames=40, lookups=300, rows=2000, row_reads=500, sweeps=40, batches=10, repeats=3, seed=args.seed)
+    return Config(
+        frames=40, lookups=300, rows=2000, row_reads=500, sweeps=40, batches=10, repeats=3, write_repeats=2,
+        volume_shape=(8, 1024, 1024), row_writes=2000, import_rounds=3, seed=args.seed,
+    )  # fmt: skip
+
+
+# -- peers ------------------------------------------------------------------------------------
+
+
+def h5py_modules() -> tuple[ModuleType, ModuleType] | None:
+    """h5py and hdf5plugin (Blosc for HDF5), None (with a note) if not installed."""
+    try:
+        import h5py  # type: ignore[import-untyped]
+        import hdf5plugin
+    except ImportError:
+        if "h5py" not in " ".join(NOTES):
+            NOTES.append("h5py rows left out: install the bench extra (h5py, hdf5plugin)")
+        return None
+    return h5py, hdf5plugin
+
+
+def h5py_blosc(hdf5plugin: ModuleType) -> Any:
+    """HDF5's Blosc filter with the settings of :data:`COMPRESSION`."""
+    return hdf5plugin.Blosc(cname=COMPRESSION.cname, clevel=COMPRESSION.clevel, shuffle=hdf5plugin.Blosc.BITSHUFFLE)
+
+
+def reference(run: bench.Run[Config], spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The reference implementation's measurements of ``spec`` (see ``_ncore_ref_ops.py``),
+    None (with a note) if its venv doesn't exist."""
+    if not REF_PYTHON.exists():
+        if "reference" not in " ".join(NOTES):
+            NOTES.append("reference rows left out: .venv-ncore-ref doesn't exist (the interop tests create it)")
+        return None
+    spec_path = run.tmp / "reference-spec.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    result = subprocess.run([str(REF_PYTHON), str(REF_SCRIPT), str(spec_path)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{REF_SCRIPT.name} failed: {result.stderr.strip()}")
+    measured: dict[str, Any] = json.loads(result.stdout)
+    return measured
+
+
+def peer_row(workload: str, measure: str, ratio: float, label: str, detail: str) -> Row:
+    """A peer's ratio against the same limit as ours (no target: where a user would be otherwise)."""
+    return Row(workload, measure, ratio, label, "peer", None, {}, detail)
+
+
+def throughput_row(
+    workload: str, measure: str, times: bench.Timings, ours: str, limit: str, nbytes: float, target: float
+) -> Row:
+    """``times[limit] / times[ours]``: the share of the limit's throughput ours reaches."""
+    ratio = times[limit] / times[ours]
+    return Row(
+        workload, measure, ratio, f"throughput {ours}/{limit}", f">= {target:.2f}x", ratio >= target,
+        {f"{name}_s": seconds for name, seconds in times.items()},
+        ", ".join(f"{name} {ms(seconds)} ({gbs(nbytes, seconds)})" for name, seconds in times.items()),
+    )  # fmt: skip
+
+
+def fsync_file(path: Path) -> None:
+    """Puts a file written by someone else on disk (as closing an archive does for its own)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def time_row(
@@ -83,7 +183,8 @@ def bench_lookup(run: bench.Run[Config]) -> list[Row]:
     root = IndexedTarZarrStore(path).open_root_group()
     names = [f"{index:05d}" for index in rng.integers(0, config.frames, size=config.lookups)]
     group = root.group("frames")
-    records = {name: store.archive.records[chunk_key(group.array(name))] for name in set(names)}
+    archive = IndexedTarZarrStore(path).archive
+    records = {name: archive.records[chunk_key(group.array(name))] for name in set(names)}
     fd = os.open(path, os.O_RDONLY)
     buffer = bytearray(config.frame_bytes)
     try:
@@ -101,7 +202,30 @@ def bench_lookup(run: bench.Run[Config]) -> list[Row]:
     measure = f"root.group(...).array(name).read() of ~{config.frame_bytes // 1000} KB frames"
     row = time_row("1 lookup", measure, pair, "ours", "preadv", len(names), 1.5)
     row.detail += f"; group.array(name) alone {us(times['lookup'] / len(names))}"
-    return [row]
+    rows = [row]
+    modules = h5py_modules()
+    if modules is not None:
+        h5py = modules[0]
+        h5_path = run.tmp / "frames.h5"
+        with h5py.File(h5_path, "w") as h5:
+            h5_frames = h5.create_group("frames")
+            for name in sorted(set(names)):
+                h5_frames.create_dataset(name, data=root.group("frames").array(name).read())
+        bench.warm_page_cache(h5_path)
+        with h5py.File(h5_path, "r") as h5:
+            peer = median_times(
+                {"h5py": lambda: bench.each(lambda name: h5["frames"][name][()], names)}, config.repeats
+            )
+        per_op = peer["h5py"] / len(names)
+        rows.append(peer_row("1 lookup", 'h5py: file["frames"][name][()]', peer["h5py"] / times["preadv"],
+                             "time h5py/preadv", f"h5py {us(per_op)} per operation"))  # fmt: skip
+    measured = reference(run, {"lookup": {"itar": str(path), "names": names, "repeats": config.repeats}})
+    if measured is not None:
+        seconds = measured["lookup"]["seconds"]
+        rows.append(peer_row("1 lookup", 'reference (nvidia-ncore): root["frames"][name][...]',
+                             seconds / times["preadv"], "time reference/preadv",
+                             f"reference {us(seconds / len(names))} per operation"))  # fmt: skip
+    return rows
 
 
 def bench_row(run: bench.Run[Config]) -> list[Row]:
@@ -137,11 +261,38 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
     finally:
         os.close(fd)
     size = np.mean([record.size for record in records.values()])
-    return [
+    rows = [
         time_row("2 row", f"arr.read(i), {size:.0f}-byte Blosc chunks", times, "read(i)", "pread+decode",
                  len(picks), 1.5),
         time_row("2 row", "arr.read(i, out=row)", times, "read(i, out=)", "pread+decode", len(picks), 1.5),
     ]  # fmt: skip
+    modules = h5py_modules()
+    if modules is not None:
+        h5py, hdf5plugin = modules
+        h5_path = run.tmp / "rows.h5"
+        with h5py.File(h5_path, "w") as h5:
+            h5.create_dataset("rows", data=values, chunks=(1, 1024), **h5py_blosc(hdf5plugin))
+        bench.warm_page_cache(h5_path)
+        with h5py.File(h5_path, "r") as h5:
+            dataset = h5["rows"]
+            np.testing.assert_array_equal(dataset[picks[0]], array.read(picks[0]))
+            peer = median_times(
+                {
+                    "h5py": lambda: bench.each(dataset.__getitem__, picks),
+                    "h5py out=": lambda: bench.each(lambda index: dataset.read_direct(out, np.s_[index]), picks),
+                },
+                config.repeats,
+            )
+        for name, measure in (("h5py", "h5py: dataset[i]"), ("h5py out=", "h5py: dataset.read_direct(row, i)")):
+            rows.append(peer_row("2 row", measure, peer[name] / times["pread+decode"], f"time {name}/pread+decode",
+                                 f"{name} {us(peer[name] / len(picks))} per operation"))  # fmt: skip
+    measured = reference(run, {"row": {"itar": str(path), "array": "rows", "picks": picks, "repeats": config.repeats}})
+    if measured is not None:
+        seconds = measured["row"]["seconds"]
+        detail = f"reference {us(seconds / len(picks))} per operation"
+        rows.append(peer_row("2 row", "reference (nvidia-ncore): arr[i]", seconds / times["pread+decode"],
+                             "time reference/pread+decode", detail))  # fmt: skip
+    return rows
 
 
 def bench_batch(run: bench.Run[Config]) -> list[Row]:
@@ -175,10 +326,255 @@ def bench_batch(run: bench.Run[Config]) -> list[Row]:
     ]  # fmt: skip
 
 
+def bench_frames(run: bench.Run[Config]) -> list[Row]:
+    config, rng = run.config, run.generator
+    frames = [rng.integers(0, 255, size=config.frame_bytes, dtype=np.uint8) for _ in range(config.frames)]
+    nbytes = sum(frame.nbytes for frame in frames)
+    ours_path, raw_path, h5_path = run.tmp / "frames.itar", run.tmp / "frames.bin", run.tmp / "frames.h5"
+
+    def ours() -> None:
+        with IndexedTarZarrStore(ours_path, mode="w") as store:
+            group = store.create_root_group({}).create_group("frames")
+            for index, frame in enumerate(frames):
+                group.create_array(f"{index:05d}", frame, compression=None, attributes={"t": index})
+            store.consolidate()
+
+    functions: dict[str, Callable[[], object]] = {"ours": ours, "raw": lambda: write_raw(raw_path, frames)}
+    modules = h5py_modules()
+    if modules is not None:
+        h5py = modules[0]
+
+        def h5() -> None:
+            with h5py.File(h5_path, "w") as file:
+                group = file.create_group("frames")
+                for index, frame in enumerate(frames):
+                    group.create_dataset(f"{index:05d}", data=frame).attrs["t"] = index
+            fsync_file(h5_path)
+
+        functions["h5py"] = h5
+    ours()  # warm-up, and a check of what was written
+    check = IndexedTarZarrStore(ours_path).open_root_group().group("frames")
+    np.testing.assert_array_equal(check.array(f"{len(frames) - 1:05d}").read(), frames[-1])
+    times = median_times(functions, config.write_repeats, after=unlink_all(ours_path, raw_path, h5_path), isolate=True)
+    measure = f"{len(frames)} x create_array(frame, compression=None, attributes=...), {nbytes / MB:.0f} MB"
+    rows = [throughput_row("4 frames", measure, bench.Timings({n: [times[n]] for n in ("ours", "raw")}), "ours",
+                           "raw", nbytes, 0.8)]  # fmt: skip
+    if "h5py" in times:
+        detail = f"h5py {ms(times['h5py'])} ({gbs(nbytes, times['h5py'])})"
+        rows.append(peer_row("4 frames", "h5py: create_dataset(frame) + attrs, fsync", times["raw"] / times["h5py"],
+                             "throughput h5py/raw", detail))  # fmt: skip
+    spec = {"dir": str(run.tmp), "count": config.frames, "nbytes": config.frame_bytes, "seed": 1,
+            "repeats": config.write_repeats}  # fmt: skip
+    measured = reference(run, {"frames_write": spec})
+    if measured is not None:
+        seconds = measured["frames_write"]["seconds"]
+        rows.append(peer_row("4 frames", "reference (nvidia-ncore): create_dataset per frame, consolidate, close",
+                             times["raw"] / seconds, "throughput reference/raw",
+                             f"reference {ms(seconds)} ({gbs(nbytes, seconds)})"))  # fmt: skip
+    return rows
+
+
+def blosc_limit(chunk: Volume) -> bytes:
+    """Blosc's encode limit for one chunk: numcodecs compressing it directly."""
+    c = COMPRESSION
+    return numcodecs.blosc.compress(chunk, c.cname.encode(), c.clevel, c.shuffle_id, c.blocksize, chunk.dtype.itemsize)  # type: ignore[no-any-return]
+
+
+def bench_volume(run: bench.Run[Config]) -> list[Row]:
+    config = run.config
+    volume = make_volume(config.volume_shape, run.generator)
+    chunks = (1, *config.volume_shape[1:])
+    views = [volume[index : index + 1] for index in range(volume.shape[0])]
+    path, h5_path = run.tmp / "volume.itar", run.tmp / "volume.h5"
+    phases: dict[str, list[float]] = {}
+
+    def ours() -> None:
+        with IndexedTarZarrStore(path, mode="w") as store:
+            root = store.create_root_group({})
+            start = time.perf_counter()
+            root.create_array("volume", volume, chunks=chunks, compression=COMPRESSION)
+            phases.setdefault("create_array", []).append(time.perf_counter() - start)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(blosc_limit, views[:2]))  # warm both threads
+        functions: dict[str, Callable[[], object]] = {
+            "ours": ours,
+            "limit_2": lambda: list(pool.map(blosc_limit, views)),
+        }
+        modules = h5py_modules()
+        if modules is not None:
+            h5py, hdf5plugin = modules
+
+            def h5() -> None:
+                with h5py.File(h5_path, "w") as file:
+                    file.create_dataset("volume", data=volume, chunks=chunks, **h5py_blosc(hdf5plugin))
+
+            functions["h5py"] = h5
+        ours()
+        stored = IndexedTarZarrStore(path)
+        first = chunk_key(stored.open_root_group(consolidated=False).array("volume"), (0, 0, 0))
+        assert stored.archive[first] == blosc_limit(views[0])  # byte-identical to Blosc's own
+        phases.clear()
+        times = median_times(functions, config.write_repeats, after=unlink_all(path, h5_path), isolate=True)
+    times.add("create_array", phases["create_array"])
+    nbytes = volume.nbytes
+    what = f"{nbytes / MB:.0f} MB float32, {len(views)} chunks"
+    two = bench.Timings({name: [times[name]] for name in ("create_array", "limit_2")})
+    rows = [
+        throughput_row("5 volume", f"create_array(volume, compression=Blosc) ({what})", two, "create_array",
+                       "limit_2", nbytes, 0.85),
+        peer_row("5 volume", "open + create_array + close (fsync)", times["limit_2"] / times["ours"],
+                 "throughput ours/limit_2", f"ours {ms(times['ours'])} ({gbs(nbytes, times['ours'])})"),
+    ]  # fmt: skip
+    if "h5py" in times:
+        rows.append(peer_row("5 volume", "h5py: create_dataset(volume, chunks, Blosc via hdf5plugin)",
+                             times["limit_2"] / times["h5py"], "throughput h5py/limit_2",
+                             f"h5py {ms(times['h5py'])} ({gbs(nbytes, times['h5py'])})"))  # fmt: skip
+    npy = run.tmp / "volume.npy"
+    np.save(npy, volume)
+    c = COMPRESSION
+    spec = {"dir": str(run.tmp), "npy": str(npy), "chunks": list(chunks), "cname": c.cname, "clevel": c.clevel,
+            "shuffle": c.shuffle_id, "repeats": config.write_repeats}  # fmt: skip
+    measured = reference(run, {"volume_write": spec})
+    if measured is not None:
+        seconds = measured["volume_write"]["seconds"]
+        rows.append(peer_row("5 volume", "reference (nvidia-ncore): create_dataset(volume, Blosc), close",
+                             times["limit_2"] / seconds, "throughput reference/limit_2",
+                             f"reference {ms(seconds)} ({gbs(nbytes, seconds)})"))  # fmt: skip
+    return rows
+
+
+def bench_row_writes(run: bench.Run[Config]) -> list[Row]:
+    config, rng = run.config, run.generator
+    values = rng.standard_normal((config.row_writes, 1024)).astype(np.float32)
+    values[:, ::2] = 0  # compressible, as in workload 2
+    path, h5_path = run.tmp / "rows.itar", run.tmp / "rows.h5"
+
+    def ours() -> None:
+        with IndexedTarZarrStore(path, mode="w") as store:
+            array = store.create_root_group({}).create_empty_array(
+                "rows", shape=values.shape, dtype=np.float32, chunks=(1, 1024), compression=COMPRESSION
+            )
+            for index in range(len(values)):
+                array.write(index, values[index])
+
+    functions: dict[str, Callable[[], object]] = {"ours": ours}
+    modules = h5py_modules()
+    if modules is not None:
+        h5py, hdf5plugin = modules
+
+        def h5() -> None:
+            with h5py.File(h5_path, "w") as file:
+                dataset = file.create_dataset(
+                    "rows", shape=values.shape, dtype=np.float32, chunks=(1, 1024), **h5py_blosc(hdf5plugin)
+                )
+                for index in range(len(values)):
+                    dataset[index] = values[index]
+            fsync_file(h5_path)
+
+        functions["h5py"] = h5
+    ours()
+    written = IndexedTarZarrStore(path).open_root_group(consolidated=False).array("rows")
+    np.testing.assert_array_equal(written.read(), values)
+    times = median_times(functions, config.write_repeats, after=unlink_all(path, h5_path), isolate=True)
+    count = len(values)
+    rates = ", ".join(f"{name} {count / seconds / 1000:.1f} k rows/s" for name, seconds in times.items())
+    rows = []
+    if "h5py" in times:
+        ratio = times["h5py"] / times["ours"]
+        rows.append(Row("6 row writes", f"arr.write(i, row) x {count}, Blosc chunks of one row, close included",
+                        ratio, "rows/s ours/h5py", ">= 1.00x", ratio >= 1.0,
+                        {f"{name}_s": seconds for name, seconds in times.items()}, rates))  # fmt: skip
+    else:
+        rows.append(Row("6 row writes", f"arr.write(i, row) x {count}", None, "rows/s", "(needs h5py)", None, {},
+                        rates))  # fmt: skip
+    spec = {"dir": str(run.tmp), "rows": count, "cols": 1024, "seed": 2, "repeats": config.write_repeats}
+    measured = reference(run, {"row_writes": spec})
+    if measured is not None:
+        seconds = measured["row_writes"]["seconds"]
+        rows.append(peer_row("6 row writes", "reference (nvidia-ncore): arr[i] = row, close",
+                             seconds / times["ours"], "rows/s ours/reference",
+                             f"reference {count / seconds / 1000:.1f} k rows/s"))  # fmt: skip
+    return rows
+
+
+IMPORTS = {
+    "zarr": "import zarr",
+    "ncore_like": "from ncore_like import Group, IndexedTarArchive, IndexedTarZarrStore",
+    "archive": "from ncore_like.archive import IndexedTarArchive",
+    "h5py": "import h5py",
+}
+
+
+def import_seconds(python: Path | str, statement: str, env: dict[str, str]) -> float:
+    """Seconds ``statement`` takes in a fresh interpreter (the interpreter's own start excluded)."""
+    code = f"import time; start = time.perf_counter(); {statement}; print(time.perf_counter() - start)"
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, check=True)
+    return float(result.stdout)
+
+
+def bench_imports(run: bench.Run[Config]) -> list[Row]:
+    # Installed packages have their bytecode compiled; this checkout's is compiled here (and
+    # the environment may say not to write bytecode, which would measure compiling instead).
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(bench.REPO_ROOT / "ncore_like")], env=env,
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    statements = dict(IMPORTS)
+    if h5py_modules() is None:
+        del statements["h5py"]
+    samples: dict[str, list[float]] = {name: [] for name in statements}
+    with_reference = REF_PYTHON.exists()
+    if with_reference:
+        samples["reference"] = []
+    for _ in range(config_rounds(run)):
+        for name, statement in statements.items():
+            samples[name].append(import_seconds(sys.executable, statement, env))
+        if with_reference:
+            statement = "from ncore.impl.data.stores import IndexedTarStore"
+            samples["reference"].append(import_seconds(REF_PYTHON, statement, env))
+    times = {name: statistics.median(values) for name, values in samples.items()}
+    detail = ", ".join(f"{name} {ms(seconds, fine=False)}" for name, seconds in times.items())
+    raw = {f"{name}_s": seconds for name, seconds in times.items()}
+    ratio = times["ncore_like"] / times["zarr"]
+    archive = times["archive"]
+    rows = [
+        Row("7 imports", "from ncore_like import Group, IndexedTarArchive, IndexedTarZarrStore", ratio,
+            "time ncore_like/import zarr", "<= 1.10x", ratio <= 1.1, raw, detail),
+        Row("7 imports", "from ncore_like.archive import IndexedTarArchive (no zarr)", archive / times["zarr"],
+            "time archive/import zarr", "<= 60 ms", archive <= 0.060, raw, f"archive {ms(archive, fine=False)}"),
+    ]  # fmt: skip
+    for name, measure in (("h5py", "import h5py"), ("reference", "reference: from ncore.impl.data.stores import ...")):
+        if name in times:
+            rows.append(peer_row("7 imports", measure, times[name] / times["zarr"], f"time {name}/import zarr",
+                                 f"{name} {ms(times[name], fine=False)}"))  # fmt: skip
+    NOTES.append(
+        "`import ncore_like` alone imports nothing heavy (names are imported on first use); the row above imports "
+        "what the typed API needs"
+    )
+    return rows
+
+
+def config_rounds(run: bench.Run[Config]) -> int:
+    return run.config.import_rounds
+
+
+def peer_versions() -> dict[str, str]:
+    """Versions of the peers measured (those installed)."""
+    versions = {}
+    for distribution in ("h5py", "hdf5plugin"):
+        version = bench.package_version(distribution)
+        if version != "?":
+            versions[distribution] = version
+    return versions
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return bench.run_benchmark(
-        "bench_ops", __doc__, {"lookup": bench_lookup, "row": bench_row, "batch": bench_batch}, configure,
-        argv=argv, quick_help="small, fast run (smoke test)", seed_help="random seed (data, picks)",
+        "bench_ops", __doc__,
+        {"lookup": bench_lookup, "row": bench_row, "batch": bench_batch, "frames": bench_frames,
+         "volume": bench_volume, "row-writes": bench_row_writes, "imports": bench_imports},
+        configure, argv=argv, quick_help="small, fast run (smoke test)", seed_help="random seed (data, picks)",
+        notes=NOTES, other_versions=peer_versions(),
     )  # fmt: skip
 
 

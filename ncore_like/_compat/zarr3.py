@@ -67,6 +67,7 @@ __all__ = [
     "selection_kind",
     "selection_shape",
     "touched_chunk_keys",
+    "write_array_metadata",
     "write_basic_selection",
     "write_record",
     "zarr_loop",
@@ -97,6 +98,10 @@ class SyncZarrStore(ZarrStore):
     @abstractmethod
     def exists_sync(self, key: str) -> bool:
         """True if the store holds ``key``."""
+
+    @abstractmethod
+    def set_bytes_sync(self, key: str, value: bytes | memoryview) -> None:
+        """Stores ``value`` under ``key`` (bytes as they are: no zarr ``Buffer`` around them)."""
 
 
 def zarr_loop() -> asyncio.AbstractEventLoop:
@@ -242,7 +247,7 @@ def _array_template(
 ) -> _ArrayTemplate:  # fmt: skip
     fill_key = np.asarray(fill_value, dtype=dtype).tobytes() if fill_value is not None else None
     config = None if blosc is None else tuple(sorted(blosc.get_config().items()))
-    key = (zarr_format, shape, dtype.str, str(dtype.descr), chunks, config, fill_key)
+    key = (zarr_format, shape, dtype, chunks, config, fill_key)  # dtypes compare by byte order too
 
     def make() -> _ArrayTemplate:
         records: dict[str, Buffer] = {}
@@ -324,6 +329,38 @@ def _refuse_existing_node(store: ZarrStore, path: str, zarr_format: ZarrFormat) 
         raise ContainsGroupError(f"A group exists in store {store!r} at path {path!r}.")
 
 
+def write_array_metadata(
+    group: zarr.Group,
+    name: str,
+    *,
+    shape: tuple[int, ...],
+    dtype: Any,
+    chunks: tuple[int, ...],
+    blosc: Blosc | None,
+    fill_value: Any,
+    attributes: dict[str, Any] | None,
+) -> tuple[str, dict[str, Any]]:
+    """Writes the node metadata records of a new array ``name`` (a direct member: no ``/``)
+    of ``group`` and returns its path and metadata document (see
+    :func:`array_metadata_records`). The records are written directly: zarr-python builds no
+    array and makes no store round trip per array (~0.6 ms each in an archive).
+
+    Raises:
+        ContainsArrayError, ContainsGroupError: zarr-python's errors for an existing node.
+    """
+    zarr_format = array_zarr_format(group)
+    store = group.store
+    path = f"{group.path}/{name}" if group.path else name
+    _refuse_existing_node(store, path, zarr_format)
+    records, document = array_metadata_records(
+        zarr_format, shape=shape, dtype=np.dtype(dtype), chunks=chunks, blosc=blosc, fill_value=fill_value,
+        attributes=attributes,
+    )  # fmt: skip
+    for record_name, data in records.items():
+        write_record(store, f"{path}/{record_name}", data)
+    return path, document
+
+
 def create_array_node(
     group: zarr.Group,
     name: str,
@@ -335,33 +372,22 @@ def create_array_node(
     fill_value: Any,
     attributes: dict[str, Any] | None,
 ) -> ZarrArray:
-    """Writes the node metadata records of an array (no chunks) in ``group`` and returns the
-    array (see :func:`array_metadata_records`). The records are written directly: zarr-python
-    builds no array and makes no store round trip per array (~0.6 ms each in an archive)."""
-    from zarr.core.array import AsyncArray, parse_array_metadata
-
-    zarr_format = array_zarr_format(group)
+    """Writes the node metadata records of an array (no chunks) in ``group`` and returns
+    zarr-python's array (see :func:`write_array_metadata`); names with ``/`` also create the
+    groups in between, as zarr-python does."""
     dtype = np.dtype(dtype)
-    store = group.store
-    path = f"{group.path}/{name}" if group.path else name
-    if "/" in name:  # zarr-python creates the groups in between
-        compressors = _compressors(blosc, zarr_format, max(1, dtype.itemsize))
+    if "/" in name:
+        compressors = _compressors(blosc, array_zarr_format(group), max(1, dtype.itemsize))
         creation = group._async_group.create_array(
             name, shape=shape, dtype=dtype, chunks=chunks, compressors=compressors, filters=None,
             fill_value=fill_value, attributes=attributes, config=_WRITE_CONFIG,
         )  # fmt: skip
         return zarr.Array(run_zarr(creation))
-    _refuse_existing_node(store, path, zarr_format)
-    records, document = array_metadata_records(
-        zarr_format, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value, attributes=attributes
-    )
-    prefix = f"{path}/"
-    for record_name, data in records.items():
-        write_record(store, prefix + record_name, data)
-    with _parsing(store, path):
-        metadata = parse_array_metadata(document)
-    array: Any = AsyncArray(metadata=metadata, store_path=StorePath(store, path), config=_WRITE_CONFIG)
-    return zarr.Array(array)
+    path, document = write_array_metadata(
+        group, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
+        attributes=attributes,
+    )  # fmt: skip
+    return array_from_document(group.store, path, document)
 
 
 def chunk_key(array: ZarrArray, coords: tuple[int, ...]) -> str:
@@ -476,11 +502,10 @@ def blosc_compressor(array: ZarrArray) -> Blosc | Literal["other"] | None:
 def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:
     """Stores one record (synchronously where the store can, else on zarr's loop; a
     memoryview is stored without a copy)."""
-    buffer = default_buffer_prototype().buffer.from_bytes(data)
     if isinstance(store, SyncZarrStore):
-        store.set_sync(key, buffer)
+        store.set_bytes_sync(key, data)
     else:
-        run_zarr(store.set(key, buffer))
+        run_zarr(store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
 
 
 def read_record(store: ZarrStore, key: str) -> bytes | None:
@@ -556,11 +581,14 @@ def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
 
 def array_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -> ZarrArray:
     """zarr-python's array at ``path`` from its metadata document (v2: ``.zarray`` plus
-    ``"attributes"``; v3: ``zarr.json``), without store I/O."""
+    ``"attributes"``; v3: ``zarr.json``), without store I/O (writes store every chunk, as
+    arrays created by ncore_like do)."""
     from zarr.core.array import AsyncArray, parse_array_metadata
 
     with _parsing(store, path):
-        return zarr.Array(AsyncArray(metadata=parse_array_metadata(document), store_path=StorePath(store, path)))
+        metadata = parse_array_metadata(document)
+    array: Any = AsyncArray(metadata=metadata, store_path=StorePath(store, path), config=_WRITE_CONFIG)
+    return zarr.Array(array)
 
 
 def group_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -> zarr.Group:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import EllipsisType
 from typing import Any, NamedTuple
 
@@ -10,6 +11,7 @@ import numpy.typing as npt
 
 from .._compat import (
     ZarrArray,
+    ZarrStore,
     blosc_compressor,
     chunk_key,
     raw_chunk_layout,
@@ -257,21 +259,54 @@ class Array(Node[ZarrArray]):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
         write_basic_selection(self.zarr, selection, data)
 
+    # -- writing records -----------------------------------------------------------------
+
+    def _record_store(self) -> ZarrStore:
+        """The zarr-python store the array's records are written to."""
+        return self._store.zarr if self._store is not None else self.zarr.store
+
+    def _chunk_key(self, coords: tuple[int, ...]) -> str:
+        view = self._view
+        return view.chunk_key(coords) if view is not None else chunk_key(self.zarr, coords)  # type: ignore[union-attr]
+
+    def _write_chunk_record(self, coords: tuple[int, ...], record: bytes | memoryview) -> None:
+        write_record(self._record_store(), self._chunk_key(coords), record)
+
+    def _write_chunk_records(self, records: Sequence[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
+        """Stores chunk records; chunks written already are found before anything is written,
+        so a rejected write changes nothing."""
+        store = self._record_store()
+        keys = [self._chunk_key(coords) for coords, _ in records]
+        for key in keys:
+            if record_exists(store, key):
+                raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
+        for key, (_, record) in zip(keys, records, strict=True):
+            write_record(store, key, record)
+
     def _chunk_writer(self) -> _ChunkWriter | None:
         """How whole chunks of this array are encoded, None if zarr-python must do it (codecs
         other than one Blosc compressor, filters, Fortran order...); memoised."""
         writer = self._memo.get("chunk_writer", _UNKNOWN)
         if writer is _UNKNOWN:
+            writer = self._memo["chunk_writer"] = self._find_chunk_writer()
+        return writer  # type: ignore[no-any-return]
+
+    def _find_chunk_writer(self) -> _ChunkWriter | None:
+        view = self._view
+        try:
+            if isinstance(view, ArrayView) and view.unsupported is None and view.fill_value is not None:
+                blosc = view.blosc
+                compression = None if blosc is None else BloscCompression.from_config(blosc)
+                return _ChunkWriter(view.stored_dtype, view.chunks, compression, view.fill_value)
             layout = raw_chunk_layout(self.zarr)
             compressor = blosc_compressor(self.zarr)
             fill = self.zarr.fill_value
             if isinstance(layout, str) or compressor == "other" or fill is None:
-                writer = None
-            else:
-                compression = None if compressor is None else BloscCompression.from_numcodecs(compressor)
-                writer = _ChunkWriter(layout[0], layout[1], compression, fill)
-            self._memo["chunk_writer"] = writer
-        return writer  # type: ignore[no-any-return]
+                return None
+            compression = None if compressor is None else BloscCompression.from_numcodecs(compressor)
+            return _ChunkWriter(layout[0], layout[1], compression, fill)
+        except ValueError:  # e.g. Blosc with automatic shuffle: zarr-python writes those
+            return None
 
     def _whole_chunks(self, selection: Selection) -> tuple[tuple[slice, ...], tuple[int, ...]] | None:
         """For selections made of whole chunks (the part of edge chunks inside the array
@@ -317,14 +352,12 @@ class Array(Node[ZarrArray]):
         block_shape = tuple(item.stop - item.start for item in region)
         values = np.broadcast_to(np.asarray(data, dtype=writer.dtype), data_shape).reshape(block_shape)
         first = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
-        pieces = [
-            (tuple(f + c for f, c in zip(first, coords, strict=True)), values[piece])
-            for coords, piece in chunk_regions(block_shape, writer.chunks)
-        ]
-        store = self.zarr.store
-        keys = [chunk_key(self.zarr, coords) for coords, _ in pieces]
-        for key in keys:  # before anything is written, so that a rejected write changes nothing
-            if record_exists(store, key):
-                raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
-        for key, (_, piece) in zip(keys, pieces, strict=True):
-            write_record(store, key, encode_chunk(piece, writer.chunks, writer.fill_value, writer.compression))
+        self._write_chunk_records(
+            [
+                (
+                    tuple(f + c for f, c in zip(first, coords, strict=True)),
+                    encode_chunk(values[piece], writer.chunks, writer.fill_value, writer.compression),
+                )
+                for coords, piece in chunk_regions(block_shape, writer.chunks)
+            ]
+        )

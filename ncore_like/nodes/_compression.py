@@ -55,7 +55,12 @@ class BloscCompression:
         """From a numcodecs Blosc codec (ValueError for other codecs or automatic shuffle)."""
         if not isinstance(compressor, numcodecs.Blosc):
             raise ValueError(f"not a blosc compressor: {compressor!r}")
-        config = compressor.get_config()
+        return BloscCompression.from_config(compressor.get_config())
+
+    @staticmethod
+    def from_config(config: Mapping[str, Any]) -> BloscCompression:
+        """From numcodecs' configuration of a Blosc codec (zarr format 2's ``compressor``;
+        ValueError for automatic shuffle)."""
         shuffle = config["shuffle"]
         if shuffle not in range(len(_SHUFFLES)):
             raise ValueError(f"blosc shuffle {shuffle} (automatic) has no fixed equivalent")

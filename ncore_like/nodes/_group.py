@@ -12,18 +12,16 @@ import numpy.typing as npt
 from .._compat import (
     ZarrGroup,
     ZarrNode,
-    chunk_key,
     create_array_node,
     is_group,
     member_names,
     member_nodes,
     open_member,
-    record_exists,
-    write_record,
+    write_array_metadata,
 )
 from ..backend import Backend
-from ..errors import ReadOnlyError, RecordExistsError
-from ..store._metadata import ArrayView, GroupView
+from ..errors import ReadOnlyError
+from ..store._metadata import ArrayView, GroupView, parse_node
 from ._array import Array
 from ._cache import NodeCache
 from ._compression import BloscCompression
@@ -241,23 +239,41 @@ class Group(Node[ZarrGroup]):
         self._check_writable()
         values, resolved = prepare_values(data, dtype, chunks, self.zarr_format)
         fill_value = default_fill_value(values.dtype)
-        array = create_array_node(
-            self.zarr,
-            name,
-            shape=tuple(values.shape),
-            dtype=values.dtype,
-            chunks=resolved,
-            blosc=compression.to_numcodecs() if compression is not None else None,
-            fill_value=fill_value,
-            attributes=dict(attributes) if attributes else None,
-        )
+        array = self._new_array(name, tuple(values.shape), values.dtype, resolved, compression, fill_value, attributes)
         # Chunks are written as they are encoded (on the worker pool when compressed), and
         # uncompressed ones straight from ``values``: the records are written before this
         # returns, so no copy is needed.
-        store = array.store
         for coords, record in encode_chunks(values, resolved, fill_value, compression, copy=False):
-            write_record(store, chunk_key(array, coords), record)
-        return Array(array, self._backend, store=self._store)
+            array._write_chunk_record(coords, record)
+        return array
+
+    def _new_array(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        chunks: tuple[int, ...],
+        compression: BloscCompression | None,
+        fill_value: Any,
+        attributes: Attributes | None,
+    ) -> Array:
+        """Writes the node metadata of a new member array and returns it: as a view of the
+        metadata written when the group belongs to a store (zarr-python's array is built only
+        if something needs it), else wrapping zarr-python's array."""
+        blosc = compression.to_numcodecs() if compression is not None else None
+        attrs = dict(attributes) if attributes else None
+        if self._store is None or "/" in name:
+            node = create_array_node(
+                self.zarr, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
+                attributes=attrs,
+            )  # fmt: skip
+            return Array(node, self._backend, store=self._store)
+        path, document = write_array_metadata(
+            self.zarr, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
+            attributes=attrs,
+        )  # fmt: skip
+        view = parse_node(path, document, self.zarr_format, self._store.name)
+        return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
 
     def create_encoded_array(self, name: str, encoded: EncodedArray, *, attributes: Attributes | None = None) -> Array:
         """Creates a member array from chunks encoded by :meth:`EncodedArray.encode` (e.g. on
@@ -271,24 +287,11 @@ class Group(Node[ZarrGroup]):
         self._check_writable()
         where = f"array {name!r} of group {self.path or '/'}"
         encoded.validate(self.zarr_format, where)
-        array = create_array_node(
-            self.zarr,
-            name,
-            shape=encoded.shape,
-            dtype=encoded.dtype,
-            chunks=encoded.chunks,
-            blosc=encoded.compression.to_numcodecs() if encoded.compression is not None else None,
-            fill_value=encoded.fill_value,
-            attributes=dict(attributes) if attributes else None,
+        array = self._new_array(
+            name, encoded.shape, encoded.dtype, encoded.chunks, encoded.compression, encoded.fill_value, attributes
         )
-        keys = {coords: chunk_key(array, coords) for coords in sorted(encoded.chunk_records)}
-        store = array.store
-        for key in keys.values():
-            if record_exists(store, key):
-                raise RecordExistsError(key, f"{where}: chunk record {key!r} exists already")
-        for coords, key in keys.items():
-            write_record(store, key, encoded.chunk_records[coords])
-        return Array(array, self._backend, store=self._store)
+        array._write_chunk_records(sorted(encoded.chunk_records.items()))
+        return array
 
     def create_bytes_array(self, name: str, data: bytes, *, attributes: Attributes | None = None) -> Array:
         """Stores a binary blob (e.g. an encoded image) as an uncompressed array: zarr format 2,
@@ -330,14 +333,4 @@ class Group(Node[ZarrGroup]):
         shape = tuple(int(size) for size in shape)
         resolved = resolve_chunks(tuple(chunks), shape, stored.itemsize)
         fill = default_fill_value(stored) if fill_value is None else np.asarray(fill_value, dtype=stored)[()]
-        array = create_array_node(
-            self.zarr,
-            name,
-            shape=shape,
-            dtype=stored,
-            chunks=resolved,
-            blosc=compression.to_numcodecs() if compression is not None else None,
-            fill_value=fill,
-            attributes=dict(attributes) if attributes else None,
-        )
-        return Array(array, self._backend, store=self._store)
+        return self._new_array(name, shape, stored, resolved, compression, fill, attributes)

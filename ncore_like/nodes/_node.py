@@ -65,7 +65,8 @@ class Node(Generic[ZarrNode]):
     def read_only(self) -> bool:
         """True if the node's store was opened for reading."""
         if self._view is not None:
-            return True  # views are served by stores opened for reading
+            assert self._store is not None
+            return self._store.read_only
         return bool(self.zarr.read_only)
 
     def _where_store(self) -> str:

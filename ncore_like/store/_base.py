@@ -17,8 +17,10 @@ from .._compat import (
     ZarrArray,
     ZarrGroup,
     ZarrStore,
+    array_from_document,
     create_group,
     default_buffer_prototype,
+    group_from_document,
     group_from_node_metadata,
     open_group,
     run_zarr,
@@ -33,7 +35,7 @@ from ._consolidated import (
     is_consolidated_metadata_key as _is_consolidated_metadata_key,
     zarr_nodes,
 )
-from ._metadata import NodeView
+from ._metadata import ArrayView, NodeView
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -94,6 +96,11 @@ class Store(ABC):
     def name(self) -> str:
         """How errors name the store (its location)."""
 
+    @property
+    def read_only(self) -> bool:
+        """True if the store was opened for reading."""
+        return bool(self._zarr_store.read_only)
+
     def close(self) -> None:
         """Closes the store (finishes writing)."""
         self._zarr_store.close()
@@ -132,8 +139,11 @@ class Store(ABC):
         return None
 
     def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
-        """zarr-python's node of a view (stores that serve views)."""
-        raise NotImplementedError(f"{type(self).__name__} serves no node views")
+        """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads),
+        without store I/O."""
+        if isinstance(view, ArrayView):
+            return array_from_document(self._zarr_store, view.path, dict(view.document))
+        return group_from_document(self._zarr_store, view.path, dict(view.document))
 
     @staticmethod
     def is_consolidated_metadata_key(key: str) -> bool:

@@ -196,6 +196,8 @@ class IndexedTarZarrStore(Store):
 
     def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""
+        if self._archive.mode == "w":  # arrays created in this store
+            return super().zarr_node(view)
         store = self._view_store or ItarZarrStore(self._archive, read_only=True)
         if isinstance(view, ArrayView):
             return array_from_document(store, view.path, dict(view.document))

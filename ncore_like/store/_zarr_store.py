@@ -235,6 +235,10 @@ class ItarZarrStore(SyncZarrStore):
     def set_sync(self, key: str, value: Buffer) -> None:
         self._archive[key] = self._payload(value)
 
+    def set_bytes_sync(self, key: str, value: bytes | memoryview) -> None:
+        self._check_writable()
+        self._archive[key] = value
+
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         if key not in self._archive:
             await self.set(key, value)
