@@ -544,3 +544,46 @@ def test_index_lists_run_no_zarr_indexer(tmp_path: Path, monkeypatch: pytest.Mon
     array.read([42, 7, 99, 7], out=batch)
     np.testing.assert_array_equal(batch, values[[42, 7, 99, 7]])
     assert constructed == []
+
+
+# -- rows by index: the row reader -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("compression", [BloscCompression(), None])
+@pytest.mark.parametrize("row_shape", [(), (7,), (3, 5)])
+def test_rows_read_by_index_match_numpy_including_rows_never_written(
+    tmp_path: Path, zarr_format: int, compression: BloscCompression | None, row_shape: tuple[int, ...],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    rows = 9
+    expected = np.arange(rows * int(np.prod(row_shape)), dtype=np.float32).reshape((rows, *row_shape)) + 1
+    written = [0, 2, 3, 8]  # the other rows are never written: they read as the fill value
+    path = tmp_path / "r.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        array = root.create_empty_array(
+            "x", shape=expected.shape, dtype=np.float32, chunks=(1, *row_shape), compression=compression,
+            fill_value=-1,
+        )  # fmt: skip
+        for index in written:
+            array.write(index, expected[index])
+        store.consolidate()
+    expected[[index for index in range(rows) if index not in written]] = -1
+    array = IndexedTarZarrStore(path).open_root_group().array("x")
+    out = np.empty(row_shape, np.float32)
+    import ncore_like.backend._backend as backend_module
+
+    def no_plan(*args: Any) -> None:
+        raise AssertionError("a row read by index was planned: the row reader was not used")
+
+    monkeypatch.setattr(backend_module, "plan_read", no_plan)
+    for index in range(-rows, rows):
+        np.testing.assert_array_equal(array.read(index), expected[index])
+        assert array.read(index, out=out) is out
+        np.testing.assert_array_equal(out, expected[index])
+    assert array.backend.stats["fast"] == 4 * rows and not array.backend.stats.keys() - {"fast"}
+    monkeypatch.undo()  # out of bounds: the general path raises zarr-python's error
+    for index in (rows, -rows - 1):
+        with pytest.raises(IndexError):
+            array.read(index)

@@ -68,6 +68,14 @@ class _RecordsView(Mapping[str, Record]):
         position = archive._positions[key]
         return Record(archive._offsets[position], archive._sizes[position])
 
+    def get(self, key: str, default: Any = None) -> Any:
+        # Without Mapping.get's exception for missing keys: planning reads looks records up.
+        archive = self._archive
+        position = archive._positions.get(key)
+        if position is None:
+            return default
+        return Record(archive._offsets[position], archive._sizes[position])
+
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._archive._positions))
 

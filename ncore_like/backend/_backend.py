@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
 from typing import Any
 
@@ -29,6 +29,8 @@ from ._decode import decode_into, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 
 __all__ = ["Backend"]
+
+_UNSET = object()
 
 NDArray = np.ndarray[Any, Any]
 
@@ -91,6 +93,10 @@ class Backend:
         """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
         from the fast path's plan where there is one, which the read of the same selection
         then uses too."""
+        if type(selection) is int and memo is not None and self._rows(array, memo) is not None:
+            rows, row_shape = memo["row_shape"]
+            if -rows <= selection < rows:
+                return row_shape  # type: ignore[no-any-return]
         fast = self._fast(array, selection, memo)
         if not isinstance(fast, str):
             return fast[1].shape
@@ -103,9 +109,7 @@ class Backend:
         """The fast path's layout and plan (memoised per array: an archive opened for reading
         doesn't change), or why the fast path doesn't apply."""
         memo = {} if memo is None else memo
-        layout = memo.get("layout")
-        if layout is None:
-            layout = memo["layout"] = chunk_layout(array)
+        layout = self._layout(array, memo)
         if isinstance(layout, str):
             return layout
         if selection is Ellipsis:
@@ -124,6 +128,14 @@ class Backend:
         if isinstance(plan, str):
             return plan
         return layout, plan
+
+    @staticmethod
+    def _layout(array: ArraySource, memo: dict[str, Any]) -> ChunkLayout | str:
+        """The array's chunk layout, memoised (an archive opened for reading doesn't change)."""
+        layout = memo.get("layout")
+        if layout is None:
+            layout = memo["layout"] = chunk_layout(array)
+        return layout
 
     @staticmethod
     def _view_task(array: ArraySource, layout: ChunkLayout, plan: ReadPlan) -> ChunkTask | None:
@@ -193,6 +205,53 @@ class Backend:
         else:
             out[...] = values
 
+    def _rows(self, array: ArraySource, memo: dict[str, Any]) -> Callable[[int, NDArray | None], NDArray | None] | None:
+        """The array's row reader (see :meth:`_row_reader`), memoised; None if it has none."""
+        reader = memo.get("row_reader", _UNSET)
+        if reader is _UNSET:
+            reader = memo["row_reader"] = self._row_reader(array, memo)
+        return reader  # type: ignore[no-any-return]
+
+    def _row_reader(
+        self, array: ArraySource, memo: dict[str, Any]
+    ) -> Callable[[int, NDArray | None], NDArray | None] | None:
+        """For local arrays chunked by whole single rows (a row per chunk: lidar sweeps, poses,
+        rows of features), the read of one row by index, which is the commonest small read:
+        one record read and decoded into the output with no plan. The reader returns None
+        where the general path must decide (an index out of bounds: its error). None for
+        other arrays."""
+        layout = self._layout(array, memo)
+        if isinstance(layout, str):
+            return None
+        archive, shape, chunks = layout.archive, layout.shape, layout.chunk_shape
+        if archive.is_remote or not shape or chunks[0] != 1 or chunks[1:] != shape[1:]:
+            return None
+        if layout.stored_dtype != layout.dtype:
+            return None
+        rows, row_shape, rest = shape[0], shape[1:], (0,) * (len(shape) - 1)
+        dtype, compressed, chunk_key, fill = layout.dtype, layout.compressed, layout.chunk_key, layout.fill_value
+        where = archive.location.name
+        memo["row_shape"] = (rows, row_shape)
+
+        def read_row(index: int, out: NDArray | None) -> NDArray | None:
+            if index < 0:
+                index += rows
+            if not 0 <= index < rows:
+                return None
+            key = chunk_key((index, *rest))
+            if out is None:
+                out = np.empty(row_shape, dtype=dtype)
+            self._count("fast")
+            if key not in archive:
+                out[...] = fill
+            elif compressed:
+                decode_into(archive.read(key), out.reshape(-1).view(np.uint8), compressed=True, key=key, where=where)
+            else:
+                archive.read_into(key, out.reshape(-1).view(np.uint8).data)
+            return out
+
+        return read_row
+
     # -- executing a plan ----------------------------------------------------------------
 
     def _run_local(self, layout: ChunkLayout, plan: ReadPlan, out: NDArray) -> None:
@@ -248,6 +307,12 @@ class Backend:
         ``memo`` is a dictionary the caller keeps per array (e.g. :class:`~ncore_like.Array`
         does): the backend keeps what it learnt about the array there between reads.
         """
+        if type(selection) is int and memo is not None:
+            reader = self._rows(array, memo)
+            if reader is not None:
+                row = reader(selection, out)
+                if row is not None:
+                    return row
         fast = self._fast(array, selection, memo)
         if isinstance(fast, str):
             self._count(f"fallback: {fast}")
