@@ -548,7 +548,7 @@ def bench_imports(run: bench.Run[Config]) -> list[Row]:
             rows.append(peer_row("7 imports", measure, times[name] / times["zarr"], f"time {name}/import zarr",
                                  f"{name} {ms(times[name], fine=False)}"))  # fmt: skip
     NOTES.append(
-        "`import ncore_like` alone imports nothing heavy (names are imported on first use); the row above imports "
+        "import ncore_like alone imports nothing heavy (names are imported on first use); the imports rows import "
         "what the typed API needs"
     )
     return rows

@@ -25,6 +25,7 @@ import numpy as np
 from .._compat import read_selection, selection_kind, selection_shape
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
+from ..store._metadata import ChunkKeys
 from ._decode import decode_into, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 
@@ -93,10 +94,12 @@ class Backend:
         """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
         from the fast path's plan where there is one, which the read of the same selection
         then uses too."""
-        if type(selection) is int and memo is not None and self._rows(array, memo) is not None:
-            rows, row_shape = memo["row_shape"]
-            if -rows <= selection < rows:
-                return row_shape  # type: ignore[no-any-return]
+        if type(selection) is int and memo is not None:
+            if "row_reader" not in memo:
+                self._rows(array, memo)
+            row = memo.get("row_shape")  # arrays with a row reader
+            if row is not None and -row[0] <= selection < row[0]:
+                return row[1]  # type: ignore[no-any-return]
         fast = self._fast(array, selection, memo)
         if not isinstance(fast, str):
             return fast[1].shape
@@ -233,21 +236,28 @@ class Backend:
         where = archive.location.name
         memo["row_shape"] = (rows, row_shape)
 
+        row_key = chunk_key.first_axis(len(shape)) if isinstance(chunk_key, ChunkKeys) else None
+        flat = len(row_shape) == 1  # a 1-d row views as bytes directly
+
         def read_row(index: int, out: NDArray | None) -> NDArray | None:
             if index < 0:
                 index += rows
             if not 0 <= index < rows:
                 return None
-            key = chunk_key((index, *rest))
+            key = row_key(index) if row_key is not None else chunk_key((index, *rest))
             if out is None:
                 out = np.empty(row_shape, dtype=dtype)
             self._count("fast")
-            if key not in archive:
-                out[...] = fill
-            elif compressed:
-                decode_into(archive.read(key), out.reshape(-1).view(np.uint8), compressed=True, key=key, where=where)
-            else:
-                archive.read_into(key, out.reshape(-1).view(np.uint8).data)
+            target = out.view(np.uint8) if flat else out.reshape(-1).view(np.uint8)
+            try:
+                if compressed:
+                    decode_into(archive.read(key), target, compressed=True, key=key, where=where)
+                else:
+                    archive.read_into(key, target.data)
+            except KeyError:
+                if key in archive:  # a KeyError of something else than the record's lookup
+                    raise
+                out[...] = fill  # a chunk never written
             return out
 
         return read_row

@@ -147,7 +147,10 @@ class Array(Node[ZarrArray]):
 
     def _checked_out(self, out: NDArray, shape: tuple[int, ...]) -> None:
         if not isinstance(out, np.ndarray):
-            raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+            raise ValueError(f"out for array {self.path!r} must be a numpy array, got {type(out).__name__}")
+        flags, dtype = out.flags, self.dtype
+        if out.dtype == dtype and out.shape == shape and flags.c_contiguous and flags.writeable:
+            return  # the common case, checked at the cost of one flags object
         problems = []
         if out.dtype != self.dtype:
             problems.append(f"dtype {out.dtype} (expected {self.dtype})")
@@ -176,8 +179,7 @@ class Array(Node[ZarrArray]):
     def _finish(result: NDArray, out: NDArray | None) -> NDArray:
         if out is not None:
             return out
-        if result.flags.writeable:
-            result.flags.writeable = False
+        result.setflags(write=False)  # cheaper than reading the flags first
         return result
 
     def read(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +58,12 @@ class ChunkKeys:
         if not coords:
             return self._zero_d
         return self._prefix + self._separator.join(map(str, coords))
+
+    def first_axis(self, ndim: int) -> Callable[[int], str]:
+        """The key of chunk ``(index, 0, ..., 0)`` of an ``ndim``-dimensional array by index
+        (the chunks of rows, for reading rows by index)."""
+        prefix, suffix = self._prefix, (self._separator + "0") * (ndim - 1)
+        return lambda index: f"{prefix}{index}{suffix}"
 
 
 @dataclass(frozen=True, eq=False)
