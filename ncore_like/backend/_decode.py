@@ -47,29 +47,22 @@ def decode_into(
             )
         dest[:] = np.frombuffer(record, dtype=np.uint8)
         return
-    # The happy path reads the sizes from the Blosc header (version byte, then nbytes, blocksize
-    # and cbytes, little-endian) rather than through numcodecs, which costs ~1 us of a small
-    # read; anything unexpected takes numcodecs' checks below for a precise message.
-    if len(record) >= _BLOSC_HEADER_BYTES and record[0] <= _BLOSC_MAX_FORMAT:
-        nbytes, _, cbytes = _BLOSC_SIZES.unpack_from(record, 4)
-        if nbytes == dest.size and cbytes == len(record):
-            try:
-                blosc.decompress(record, dest)
-            except Exception as error:
-                raise ArchiveFormatError(
-                    f"chunk record {key!r} can't be decompressed ({error})", archive=where, key=key
-                ) from error
-            return
-    try:
-        nbytes = blosc._cbuffer_sizes(record)[0]
-    except Exception as error:
-        raise ArchiveFormatError(
-            f"chunk record {key!r} is no Blosc stream ({error})", archive=where, key=key
-        ) from error
-    if nbytes != dest.size:
-        raise ArchiveFormatError(
-            f"chunk record {key!r} decompresses to {nbytes} bytes, expected {dest.size}", archive=where, key=key
-        )
+    # The sizes are read from the Blosc header (version byte, then nbytes, blocksize and
+    # cbytes, little-endian) rather than through numcodecs, which costs ~1 us of a small read;
+    # anything unexpected takes numcodecs' checks for a precise message.
+    looks_right = len(record) >= _BLOSC_HEADER_BYTES and record[0] <= _BLOSC_MAX_FORMAT
+    nbytes, _, cbytes = _BLOSC_SIZES.unpack_from(record, 4) if looks_right else (-1, 0, -1)
+    if nbytes != dest.size or cbytes != len(record):
+        try:
+            nbytes = blosc._cbuffer_sizes(record)[0]
+        except Exception as error:
+            raise ArchiveFormatError(
+                f"chunk record {key!r} is no Blosc stream ({error})", archive=where, key=key
+            ) from error
+        if nbytes != dest.size:
+            raise ArchiveFormatError(
+                f"chunk record {key!r} decompresses to {nbytes} bytes, expected {dest.size}", archive=where, key=key
+            )
     try:
         blosc.decompress(record, dest)
     except Exception as error:
