@@ -169,3 +169,28 @@ def test_a_chunk_written_twice_is_refused_before_anything_is_written(tmp_path: P
         IndexedTarZarrStore(tmp_path / "a.itar").open_root_group(consolidated=False).array("x").read(),
         [[3, 4], [1, 2], [0, 0], [0, 0]],
     )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    zarr_format=st.sampled_from([2, 3]),
+    compression=st.sampled_from(COMPRESSIONS),
+    writes=st.lists(
+        st.tuples(st.integers(0, 9), st.integers(1, 10), st.integers(0, 5), st.integers(1, 6)), min_size=1, max_size=6
+    ),
+)
+def test_rewritable_stores_complete_partial_chunk_writes_as_zarr_python_does(
+    zarr_format: int, compression: BloscCompression | None, writes: list[tuple[int, int, int, int]]
+) -> None:
+    from ncore_like import ZarrStoreAdapter
+
+    expected = np.zeros((10, 6), np.int32)
+    ours = ZarrStoreAdapter(zarr.storage.MemoryStore())
+    array = ours.create_root_group({}, zarr_format=zarr_format).create_empty_array(  # type: ignore[arg-type]
+        "x", shape=expected.shape, dtype=np.int32, chunks=(4, 4), compression=compression
+    )
+    for number, (row, rows, column, columns) in enumerate(writes, start=1):
+        selection = (slice(row, row + rows), slice(column, column + columns))
+        array.write(selection, number)  # overlapping writes: chunks written again
+        expected[selection] = number
+    np.testing.assert_array_equal(array.read(), expected)

@@ -454,7 +454,13 @@ def read_selection(
     from zarr.core.buffer.cpu import NDBuffer
 
     if out is None:
-        return np.asarray(array[selection])
+        values = np.asarray(array[selection])
+        dtype = np.dtype(array.dtype)
+        if dtype.kind == "S" and values.dtype != dtype:
+            # zarr-python hands out single fixed-length bytes as numpy scalars, which drop
+            # their trailing NULs: padded back, the bytes are the stored ones.
+            values = values.astype(dtype)
+        return values
     target = NDBuffer.from_numpy_array(out)
     if kind == "basic":
         array.get_basic_selection(selection, out=target)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from types import EllipsisType
 from typing import Any, NamedTuple
@@ -23,7 +24,7 @@ from .._compat import (
 from ..archive import IndexedTarArchive
 from ..backend import Backend
 from ..errors import ReadOnlyError, RecordExistsError
-from ..store import IndexedTarZarrStore, Store
+from ..store import IndexedTarZarrStore, ItarZarrStore, Store
 from ..store._metadata import ArrayView
 from ._compression import BloscCompression
 from ._encoding import chunk_regions, encode_chunk
@@ -69,6 +70,42 @@ class _ChunkWriter(NamedTuple):
     chunks: tuple[int, ...]
     compression: BloscCompression | None
     fill_value: Any
+
+
+def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], set[int]] | None:
+    """For basic selections with slices of negative step: the same selection with positive
+    steps (one item per dimension) and the axes of the result to flip; None otherwise."""
+    items = selection if isinstance(selection, tuple) else (selection,)
+    if not any(isinstance(item, slice) and item.step is not None and item.step < 0 for item in items):
+        return None
+    if sum(1 for item in items if item is Ellipsis) > 1 or not all(
+        item is Ellipsis or isinstance(item, slice | int | np.integer) for item in items
+    ):
+        return None  # read() raises its error
+    fill = len(shape) - (len(items) - sum(1 for item in items if item is Ellipsis))
+    expanded: list[Any] = []
+    for item in items:
+        expanded.extend([slice(None)] * max(fill, 0) if item is Ellipsis else [item])
+    expanded.extend([slice(None)] * (len(shape) - len(expanded)))
+    if len(expanded) != len(shape):
+        return None
+    positive: list[Any] = []
+    flips: set[int] = set()
+    axis = 0
+    for item, size in zip(expanded, shape, strict=True):
+        if not isinstance(item, slice):
+            positive.append(item)
+            continue
+        if item.step is not None and item.step < 0:
+            start, stop, step = item.indices(size)
+            count = len(range(start, stop, step))
+            first = start + (count - 1) * step
+            positive.append(slice(first, start + 1, -step) if count else slice(0, 0))
+            flips.add(axis)
+        else:
+            positive.append(item)
+        axis += 1
+    return tuple(positive), flips
 
 
 class Array(Node[ZarrArray]):
@@ -131,6 +168,52 @@ class Array(Node[ZarrArray]):
         """Chunk shape of the array."""
         view = self._view
         return view.chunks if view is not None else tuple(self.zarr.chunks)  # type: ignore[union-attr]
+
+    # -- the array protocol: numpy, dask and other array libraries take an Array as it is --
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the values read (elements x item size; not the stored bytes)."""
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-dimensional array")
+        return shape[0]
+
+    def __getitem__(self, selection: Selection) -> NDArray:
+        """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
+        the range is read with a positive step and flipped)."""
+        flips = _negative_steps(selection, self.shape)
+        if flips is None:
+            return self.read(selection)
+        positive, axes = flips
+        result = self.read(positive)
+        return result[tuple(slice(None, None, -1) if axis in axes else slice(None) for axis in range(result.ndim))]
+
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> NDArray:
+        """The values as a numpy array (``numpy.asarray(array)``), read through the backend.
+        They are always read into new memory, so ``copy=False`` raises ValueError, as numpy
+        asks of objects that can't hand out a view."""
+        if copy is False:
+            raise ValueError(f"{self._where()}: copy=False is impossible, the values are read into new memory")
+        # Read into new memory already: writeable unless it is a view of a raw record, which a
+        # copy asked for (numpy.array) turns into memory of its own.
+        values = self._backend.read(self, Ellipsis, None, memo=self._memo)
+        if dtype is not None and np.dtype(dtype) != values.dtype:
+            return values.astype(dtype)
+        return values.copy() if copy and not values.flags.writeable else values
 
     @property
     def compression(self) -> BloscCompression | None:
@@ -233,13 +316,14 @@ class Array(Node[ZarrArray]):
 
         Every touched chunk is stored (also chunks equal to the fill value); partially
         selected chunks are completed with the current values (the fill value if not written
-        yet). Archive records are write-once: write each chunk once, i.e. whole chunks or
-        chunk-aligned blocks. Chunks written already are detected before anything is
-        written; a write of several chunks that fails otherwise (e.g. a full disk) may leave
+        yet), as zarr-python does. Archive records are write-once: in an archive, write each
+        chunk once, i.e. whole chunks or chunk-aligned blocks; chunks written already are
+        detected before anything is written. Other stores (memory, directories...) rewrite
+        chunks. A write of several chunks that fails otherwise (e.g. a full disk) may leave
         other chunks of the selection stored.
 
         Raises:
-            RecordExistsError: For chunks written already (archives; a ValueError).
+            RecordExistsError: For chunks of an archive written already (a ValueError).
             ValueError: For other selections, and arrays of stores opened for reading
                 (checked before anything is written).
         """
@@ -254,12 +338,18 @@ class Array(Node[ZarrArray]):
         if blocks is not None:
             self._write_whole_chunks(blocks, data)
             return
-        # Chunks written already are found before anything is written, so a rejected write
-        # changes nothing (zarr-python writes the chunks of a selection concurrently).
-        for key in touched_chunk_keys(self.zarr, selection):
-            if record_exists(self.zarr.store, key):
-                raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
+        # Chunks of an archive written already are found before anything is written, so a
+        # rejected write changes nothing (zarr-python writes the chunks of a selection
+        # concurrently).
+        if self._write_once():
+            for key in touched_chunk_keys(self.zarr, selection):
+                if record_exists(self.zarr.store, key):
+                    raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
         write_basic_selection(self.zarr, selection, data)
+
+    def _write_once(self) -> bool:
+        """True if the array's records can't be rewritten (archives)."""
+        return isinstance(self._record_store(), ItarZarrStore)
 
     # -- writing records -----------------------------------------------------------------
 
@@ -275,11 +365,11 @@ class Array(Node[ZarrArray]):
         write_record(self._record_store(), self._chunk_key(coords), record)
 
     def _write_chunk_records(self, records: Sequence[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
-        """Stores chunk records; chunks written already are found before anything is written,
-        so a rejected write changes nothing."""
+        """Stores chunk records; in an archive, chunks written already are found before
+        anything is written, so a rejected write changes nothing."""
         store = self._record_store()
         keys = [self._chunk_key(coords) for coords, _ in records]
-        for key in keys:
+        for key in keys if self._write_once() else ():
             if record_exists(store, key):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
         for key, (_, record) in zip(keys, records, strict=True):
