@@ -425,18 +425,18 @@ async def test_s3_open_async_then_read(s3_bucket: Any) -> None:
 
 def test_reopening_decodes_the_consolidated_record_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ncore_like import clear_caches
-    from ncore_like.store import _itar_store
+    from ncore_like.store import _consolidated
 
     with IndexedTarZarrStore(tmp_path / "c.itar", mode="w") as store:
         write_hierarchy(store, 3, compressed=True, consolidate=True)
     decoded: list[int] = []
-    original = _itar_store.decode_consolidated
+    original = _consolidated.decode_consolidated
 
     def counting(*args: Any) -> Any:
         decoded.append(1)
         return original(*args)
 
-    monkeypatch.setattr(_itar_store, "decode_consolidated", counting)
+    monkeypatch.setattr(_consolidated, "decode_consolidated", counting)
     clear_caches()
     for _ in range(3):
         check_hierarchy(IndexedTarZarrStore(tmp_path / "c.itar").open_root_group().zarr, 3)

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 import cbor2
 
+from .._defaults import DECODED_CONSOLIDATED_RECORDS
+from .._lru import LRUCache, process_cache
 from ..errors import ConsolidatedMetadataError
 
 __all__ = [
@@ -29,8 +31,10 @@ __all__ = [
     "child_nodes",
     "collects",
     "decode_consolidated",
+    "decoded_consolidated",
     "encode_consolidated",
     "is_consolidated_metadata_key",
+    "standard_consolidated",
     "zarr_nodes",
 ]
 
@@ -103,6 +107,34 @@ def decode_consolidated(data: bytes, zarr_format: Literal[2, 3], where: str) -> 
     if not isinstance(metadata, dict) or not all(isinstance(value, dict) for value in metadata.values()):
         raise ConsolidatedMetadataError(f"consolidated metadata record {key} has no metadata map", archive=where)
     return metadata
+
+
+# Decoded consolidated records of recently opened hierarchies, by record: reopening an
+# archive (its index comes from the archive layer's cache) then decodes nothing at all.
+_decoded: LRUCache[tuple[int, bytes], dict[str, Any]] = process_cache(DECODED_CONSOLIDATED_RECORDS)
+
+
+def decoded_consolidated(record: bytes, zarr_format: Literal[2, 3], where: str) -> dict[str, Any]:
+    """:func:`decode_consolidated` with the checks of :func:`zarr_nodes`, memoised by the
+    record's bytes. The result is shared: read it, never change it."""
+    key = (zarr_format, record)
+    metadata = _decoded.get(key)
+    if metadata is None:
+        metadata = decode_consolidated(record, zarr_format, where)
+        zarr_nodes(metadata, zarr_format, where)
+        _decoded.put(key, metadata)
+    return metadata
+
+
+def standard_consolidated(metadata: Mapping[str, Any], zarr_format: Literal[2, 3], root: Mapping[str, Any]) -> bytes:
+    """zarr-python's own form of consolidated metadata, from decoded consolidated
+    ``metadata``: format 2's ``.zmetadata`` record, or format 3's root ``zarr.json`` (the
+    decoded ``root`` record) with the hierarchy's nodes inline."""
+    if zarr_format == 2:
+        return json.dumps({"metadata": dict(metadata), "zarr_consolidated_format": 1}, indent=2).encode()
+    nodes = {key[: -len("/zarr.json")]: value for key, value in metadata.items() if key != "zarr.json"}
+    inline = {"kind": "inline", "must_understand": False, "metadata": nodes}
+    return json.dumps({**root, "consolidated_metadata": inline}, indent=2).encode()
 
 
 def zarr_nodes(

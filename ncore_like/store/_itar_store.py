@@ -7,12 +7,11 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._compat import ZarrArray, ZarrGroup, array_from_document, group_from_document, open_group
-from .._defaults import DECODED_CONSOLIDATED_RECORDS, TAIL_READ_SIZE
-from .._lru import LRUCache, process_cache
+from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, IndexTailRetention
 from ..errors import NodeMetadataError
 from ._base import Store
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes, decode_consolidated, zarr_nodes
+from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes, decoded_consolidated
 from ._metadata import ArrayView, GroupView, NodeView, parse_node
 from ._zarr_store import ItarZarrStore
 
@@ -20,10 +19,6 @@ if TYPE_CHECKING:
     from upath import UPath
 
 __all__ = ["IndexedTarZarrStore"]
-
-# Decoded consolidated records of recently opened hierarchies, by record: reopening an
-# archive (its index comes from the archive layer's cache) then decodes nothing at all.
-_decoded: LRUCache[tuple[int, bytes], dict[str, Any]] = process_cache(DECODED_CONSOLIDATED_RECORDS)
 
 
 class IndexedTarZarrStore(Store):
@@ -136,12 +131,7 @@ class IndexedTarZarrStore(Store):
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
-        key = (zarr_format, record)
-        metadata = _decoded.get(key)
-        if metadata is None:
-            metadata = decode_consolidated(record, zarr_format, self.name)
-            zarr_nodes(metadata, zarr_format, self.name)  # the same checks as the generic path
-            _decoded.put(key, metadata)  # only read from here on (served as JSON), so it can be shared
+        metadata = decoded_consolidated(record, zarr_format, self.name)
         self._documents = metadata
         self._view_store = ItarZarrStore(self._archive, read_only=True, node_metadata=metadata)
         return open_group(self._view_store)

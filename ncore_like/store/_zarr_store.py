@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._compat import (
     Buffer,
@@ -26,13 +26,24 @@ from .._concurrency import run_in_worker
 from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
-from ..errors import ReadOnlyError, RecordExistsError
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes
+from ..errors import ConsolidatedMetadataError, ReadOnlyError, RecordExistsError
+from ._consolidated import (
+    CONSOLIDATED_KEY_V2,
+    CONSOLIDATED_KEY_V3,
+    child_nodes,
+    decoded_consolidated,
+    standard_consolidated,
+)
 
 if TYPE_CHECKING:
     from upath import UPath
 
 __all__ = ["ItarZarrStore"]
+
+# zarr-python's own consolidated metadata: format 2's record, and format 3's root node.
+_ZARR_PYTHON_CONSOLIDATED_V2 = ".zmetadata"
+_STANDARD_CONSOLIDATED_KEYS = frozenset({_ZARR_PYTHON_CONSOLIDATED_V2, "zarr.json"})
+_UNKNOWN = object()
 
 
 class ItarZarrStore(SyncZarrStore):
@@ -90,6 +101,7 @@ class ItarZarrStore(SyncZarrStore):
         self._name = archive.location.name
         self._owns_archive = owned
         self._node_metadata = node_metadata
+        self._standard: dict[str, Any] = {}  # zarr-python's consolidated forms, once made
 
     @property
     def archive(self) -> IndexedTarArchive:
@@ -132,12 +144,48 @@ class ItarZarrStore(SyncZarrStore):
 
     def _overlaid(self, key: str) -> Any:
         """The node metadata (JSON bytes, or None if missing) of ``key`` when served from
-        ``node_metadata``; ``_NOT_OVERLAID`` for keys the archive serves."""
+        ``node_metadata`` or as zarr-python's consolidated metadata; ``_NOT_OVERLAID`` for
+        keys the archive serves."""
         metadata = self._node_metadata
-        if metadata is None or not is_node_metadata_key(key) or key in (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3):
+        if metadata is None:
+            if key in _STANDARD_CONSOLIDATED_KEYS and self._archive.mode == "r":
+                return self._standard_consolidated(key)
+            return self._NOT_OVERLAID
+        if not is_node_metadata_key(key) or key in (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3):
             return self._NOT_OVERLAID
         value = metadata.get(key)
         return None if value is None else json.dumps(value).encode()
+
+    def _standard_consolidated(self, key: str) -> Any:
+        """zarr-python's own consolidated metadata (``.zmetadata`` of format 2, the root
+        ``zarr.json`` with inline metadata of format 3), served from the archive's compressed
+        record so that zarr-python and xarray open the hierarchy consolidated without a
+        warning; the record is never stored twice. ``_NOT_OVERLAID`` where the archive has
+        no compressed record (or a damaged one: the plain records are served then, so that
+        unconsolidated reads still work), or holds the key in that form already."""
+        served = self._standard.get(key, _UNKNOWN)
+        if served is _UNKNOWN:
+            served = self._standard[key] = self._make_standard_consolidated(key)
+        return served
+
+    def _make_standard_consolidated(self, key: str) -> Any:
+        archive = self._archive
+        zarr_format: Literal[2, 3] = 2 if key == _ZARR_PYTHON_CONSOLIDATED_V2 else 3
+        record_key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
+        if record_key not in archive or (zarr_format == 2 and key in archive):
+            return self._NOT_OVERLAID
+        try:
+            root: Any = {}
+            if zarr_format == 3:
+                if key not in archive:
+                    return self._NOT_OVERLAID
+                root = json.loads(archive.read(key))
+                if not isinstance(root, dict) or root.get("node_type") != "group" or root.get("consolidated_metadata"):
+                    return self._NOT_OVERLAID
+            metadata = decoded_consolidated(archive.read(record_key), zarr_format, self._name)
+        except (ValueError, ConsolidatedMetadataError):
+            return self._NOT_OVERLAID
+        return standard_consolidated(metadata, zarr_format, root)
 
     def close(self) -> None:
         """Closes the store, and the archive if the store opened it (finishing a write)."""
@@ -264,12 +312,20 @@ class ItarZarrStore(SyncZarrStore):
 
     # -- listing -------------------------------------------------------------------------
 
+    def _keys(self) -> Iterable[str]:
+        """The archive's keys, and ``.zmetadata`` where it is served (format 2)."""
+        yield from self._archive
+        if self._node_metadata is None and self._archive.mode == "r":
+            served = self._standard_consolidated(_ZARR_PYTHON_CONSOLIDATED_V2)
+            if served is not self._NOT_OVERLAID:
+                yield _ZARR_PYTHON_CONSOLIDATED_V2
+
     async def list(self) -> AsyncIterator[str]:
-        for key in self._archive:
+        for key in self._keys():
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in self._archive:
+        for key in self._keys():
             if key.startswith(prefix):
                 yield key
 
@@ -280,7 +336,7 @@ class ItarZarrStore(SyncZarrStore):
         # would warn about an unknown object when it lists the root group's members.
         seen: set[str] = {CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3} if not prefix else set()
         hierarchy = self._consolidated_group_children(start)
-        for key in self._archive:
+        for key in self._keys():
             if key.startswith(start):
                 child, nested, _ = key[len(start) :].partition("/")
                 if child in seen:

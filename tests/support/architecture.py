@@ -24,6 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "store": ("store",),
     "backend": ("backend",),
     "nodes": ("nodes",),
+    "xarray": ("xarray_backend",),
     "cli": ("cli", "demo", "__main__"),
     "package": ("__init__",),
 }
@@ -36,6 +37,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "store": frozenset({"foundation", "compat", "archive"}),
     "backend": frozenset({"foundation", "compat", "archive", "store"}),
     "nodes": frozenset({"foundation", "compat", "archive", "store", "backend"}),
+    "xarray": frozenset({"foundation", "archive", "store"}),
     "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "package"}),
     "package": frozenset({"foundation", "archive", "store", "backend", "nodes"}),
 }
