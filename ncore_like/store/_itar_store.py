@@ -13,6 +13,7 @@ from ..errors import NodeMetadataError
 from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes, decoded_consolidated
 from ._metadata import ArrayView, GroupView, NodeView, parse_node
+from ._references import archive_references
 from ._zarr_store import ItarZarrStore
 
 if TYPE_CHECKING:
@@ -121,6 +122,14 @@ class IndexedTarZarrStore(Store):
     def reload_resources(self) -> None:
         """Re-opens the archive's file resources (e.g. in a forked process)."""
         self._archive.reload_resources()
+
+    def to_references(self, url: str | None = None) -> dict[str, Any]:
+        """The archive as a kerchunk-style reference set (``{"version": 1, "refs": ...}``):
+        node metadata inline, every chunk ``[url, offset, size]`` of the archive, so that
+        zarr-python and xarray read the hierarchy through fsspec's ``reference://``
+        filesystem without ncore_like. ``url``: where the chunks are read from (default: the
+        archive's location), e.g. where the archive will be published."""
+        return archive_references(self._archive, url)
 
     def release_index_tail(self, retention: IndexTailRetention, *, consolidated: bool) -> None:
         """Releases the archive's tail read as per ``retention`` after the hierarchy was

@@ -320,6 +320,17 @@ class ItarZarrStore(SyncZarrStore):
             if served is not self._NOT_OVERLAID:
                 yield _ZARR_PYTHON_CONSOLIDATED_V2
 
+    def listed_keys(self) -> list[str]:
+        """Every key the store lists (the archive's, and what it serves besides)."""
+        return list(self._keys())
+
+    def record_bytes(self, key: str) -> bytes:
+        """The bytes the store serves for ``key`` (KeyError if none)."""
+        buffer = self.get_sync(key)
+        if buffer is None:
+            raise KeyError(f"no record {key!r} in {self._name}")
+        return buffer.to_bytes()
+
     async def list(self) -> AsyncIterator[str]:
         for key in self._keys():
             yield key

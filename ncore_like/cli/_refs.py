@@ -1,0 +1,50 @@
+"""``ncore-like refs``: the archive as a kerchunk-style reference set (JSON), which fsspec's
+``reference://`` filesystem serves to zarr-python and xarray without ncore_like."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._common import Location, open_store, reporting
+
+__all__ = ["register", "run"]
+
+
+def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Adds the ``refs`` command."""
+    parser = commands.add_parser(
+        "refs",
+        parents=parents,
+        help="describe the archive as a reference set (JSON) for fsspec's reference:// filesystem",
+        description="Print the archive as a kerchunk-style reference set: node metadata inline, every chunk as "
+        "[url, offset, size] of the archive, so that zarr-python and xarray read it through fsspec's "
+        "reference:// filesystem without ncore_like (e.g. zarr.open_consolidated(FsspecStore(fsspec.filesystem("
+        "'reference', fo='refs.json'), read_only=True), mode='r')).",
+    )
+    parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
+    parser.add_argument(
+        "--url", help="where readers find the archive (default: ARCHIVE as given, made absolute if a local path)"
+    )
+    parser.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of standard output")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints (or writes) the reference set."""
+    location = Location.parse(args.archive, args.storage_options)
+    with reporting(location.name):
+        store = open_store(location)
+        with store:
+            references = store.to_references(args.url)
+    text = json.dumps(references, indent=1) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        with reporting(str(args.output)):
+            args.output.write_text(text, encoding="utf-8")
+    return 0
