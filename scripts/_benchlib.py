@@ -206,6 +206,17 @@ def unlink_all(*paths: Path) -> Callable[[], None]:
     return unlink
 
 
+def request_rounds(records: list[dict[str, Any]]) -> int:
+    """Round trips the request log implies: the most requests that ran one after another
+    (pairwise disjoint ``[start, end]`` intervals, by the greedy earliest-end rule)."""
+    rounds, last_end = 0, -math.inf
+    for record in sorted(records, key=lambda r: float(r["end"])):
+        if float(record["start"]) >= last_end:
+            rounds += 1
+            last_end = float(record["end"])
+    return rounds
+
+
 # -- timing ---------------------------------------------------------------------------------
 
 

@@ -483,17 +483,6 @@ def summarize_requests(records: list[dict[str, Any]]) -> str:
     return f"{parts or 'no requests'}; {moved / MB:.1f} MB moved"
 
 
-def request_rounds(records: list[dict[str, Any]]) -> int:
-    """Round trips the request log implies: the most requests that ran one after another
-    (pairwise disjoint ``[start, end]`` intervals, by the greedy earliest-end rule)."""
-    rounds, last_end = 0, -math.inf
-    for record in sorted(records, key=lambda r: float(r["end"])):
-        if float(record["start"]) >= last_end:
-            rounds += 1
-            last_end = float(record["end"])
-    return rounds
-
-
 @dataclass
 class Trial:
     wall: float
@@ -617,17 +606,17 @@ def bench_remote(run: bench.Run[Config]) -> list[Row]:
             for range_reads in (False, True):
                 trial = median_trial([read(range_reads) for _ in range(config.remote_repeats)])
                 mode = "remote_range_reads=True" if range_reads else "default buffered path"
-                rows.append(remote_row(f"{measure}, {mode}", trial, bare_trial, target, target_text, latency))
+                rows.extend(remote_rows(f"{measure}, {mode}", trial, bare_trial, target, target_text, latency))
     return rows
 
 
-def remote_row(measure: str, trial: Trial, bare: Trial, target: float, target_text: str, latency: float) -> Row:
-    rtt = trial.wall / latency
-    rounds = request_rounds(trial.requests)
+def remote_rows(measure: str, trial: Trial, bare: Trial, target: float, target_text: str, latency: float) -> list[Row]:
+    """Two rows: the round trips the request log shows against the target (a round trip is
+    requests that overlap in time), and the wall time against bare fsspec issuing the same
+    requests at once (this machine's limit: moving the bytes through the local Python server
+    takes time of its own). Each row's verdict is its own ratio against its own target."""
+    rounds = bench.request_rounds(trial.requests)
     overlap = bench.import_servers().max_in_flight(trial.requests)
-    # the transfer itself takes time through the local Python server: within 1.25 x the bare
-    # fsspec time of the same requests counts as the limit
-    ok = rounds <= target and (rtt <= target or trial.wall <= 1.25 * bare.wall)
     raw = {
         "wall_s": trial.wall,
         "requests": float(len(trial.requests)),
@@ -636,11 +625,17 @@ def remote_row(measure: str, trial: Trial, bare: Trial, target: float, target_te
         "bare_wall_s": bare.wall,
     }
     detail = (
-        f"{ms(trial.wall)}; {summarize_requests(trial.requests)}, max overlap {overlap}, "
-        f"{rounds} sequential round(s) in the log; bare fsspec, same ranges at once: "
-        f"{bare.wall / latency:.1f} RTT, {len(bare.requests)} requests, {request_rounds(bare.requests)} round(s)"
+        f"{ms(trial.wall)} = {trial.wall / latency:.2f} x the latency; {summarize_requests(trial.requests)}, "
+        f"max overlap {overlap}; bare fsspec, same ranges at once: {bare.wall / latency:.1f} x the latency, "
+        f"{len(bare.requests)} requests, {bench.request_rounds(bare.requests)} round(s)"
     )
-    return Row("3 remote 20 ms", measure, rtt, "wall in round trips", target_text, ok, raw, detail)
+    wall = trial.wall / bare.wall
+    return [
+        Row("3 remote 20 ms", measure, float(rounds), "round trips in the request log", target_text,
+            rounds <= target, raw, detail),
+        Row("3 remote 20 ms", f"{measure}: wall vs bare fsspec", wall, "wall ours/bare fsspec, same requests",
+            "<= 1.25x", wall <= 1.25, raw, detail),
+    ]  # fmt: skip
 
 
 # -- workload 4: peak memory ------------------------------------------------------------------

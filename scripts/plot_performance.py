@@ -4,8 +4,9 @@ Reads the JSON files that the benchmark scripts write with ``--json``
 (``bench_archive.json``, ``bench_read.json``, ``bench_write.json``,
 ``bench_integrity.json``, ``bench_ops.json``; whichever exist) and
 
-* draws ``docs/img/performance.png``: every measured ratio as a horizontal bar, coloured by
-  whether it meets its target, with the target drawn as a tick where it is a ratio too;
+* draws ``docs/img/performance-NAME.png``, one plot per benchmark (readable at page width,
+  every row's full name): every measured ratio as a horizontal bar, coloured by the same
+  verdict its table row states, with the target drawn as a tick where it is a ratio too;
 * rewrites the tables of ``docs/performance.md`` between its marker comments
   (``<!-- benchmark-table: NAME -->`` ... ``<!-- end benchmark-table -->``), so the page
   always shows the figures of the JSON files next to it. A benchmark without a JSON file
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -47,7 +49,7 @@ TITLES: Mapping[str, str] = {
     "bench_read": "Typed read path: volumes, frames, remote reads, memory",
     "bench_write": "Writing: blobs, encoding on threads, storing",
     "bench_integrity": "Integrity: checksums written and verified, recovery, index check",
-    "bench_ops": "Small operations: lookups, one-row reads, batches of rows",
+    "bench_ops": "Small operations: lookups, rows, batches, writes, imports (with h5py and the reference)",
 }
 _TABLE_START = re.compile(r"<!-- benchmark-table: (?P<name>[a-z_]+) -->\n")
 _TABLE_END = "<!-- end benchmark-table -->"
@@ -147,68 +149,73 @@ def update_tables(page: str, benchmarks: Mapping[str, Results]) -> str:
 # -- plot -----------------------------------------------------------------------------------
 
 
-def _label(row: Row, width: int = 70) -> str:
-    text = f"{row.workload}: {row.measure}"
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _label(row: Row, width: int = 56) -> str:
+    """The row's full name, wrapped (never cut: a figure that hides what it measures misleads)."""
+    return "\n".join(textwrap.wrap(f"{row.workload}: {row.measure}", width)) or "?"
 
 
-def plot(benchmarks: Mapping[str, Results], path: Path) -> None:
-    """Draws every ratio of ``benchmarks`` against its target into a PNG at ``path``."""
-    drawn = {name: [row for row in results.rows if row.ratio is not None] for name, results in benchmarks.items()}
-    drawn = {name: rows for name, rows in drawn.items() if rows}
-    counts = [len(rows) for rows in drawn.values()] or [1]
-    figure = Figure(figsize=(12, 1.2 + 0.34 * sum(counts) + 0.9 * len(counts)), layout="constrained")
-    if not drawn:
-        axes = figure.add_subplot()
-        axes.text(0.5, 0.5, "no benchmark results in docs/data/ yet", ha="center", va="center")
-        axes.set_axis_off()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=110, metadata={"Software": None})
-        return
-    grid = figure.add_gridspec(len(drawn), 1, height_ratios=counts)
-    cpus = sorted({results.cpus for results in benchmarks.values() if results.cpus is not None})
-    figure.suptitle(
-        "ncore_like benchmarks: ratios measured side by side in one run"
-        + (f" ({', '.join(map(str, cpus))} CPUs)" if cpus else ""),
-        fontsize=12,
-    )
-    for slot, (name, rows) in enumerate(drawn.items()):
-        axes = figure.add_subplot(grid[slot])
-        positions = list(range(len(rows)))
-        ratios = [row.ratio for row in rows if row.ratio is not None]
-        axes.barh(positions, ratios, color=[_COLOURS[row.ok] for row in rows], height=0.6)
-        for position, row in zip(positions, rows, strict=True):
-            target = ratio_target(row)
-            if target is not None:
-                axes.plot([target], [position], marker="|", markersize=16, markeredgewidth=2.5, color="black")
-            assert row.ratio is not None
-            axes.annotate(
-                f"{row.ratio:.2f}x  ({row.ratio_label}{'; target ' + row.target if row.target else ''})",
-                (max(row.ratio, target or 0.0), position),  # right of the bar and of its tick
-                xytext=(4, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=7,
-            )
-        axes.set_yticks(positions, [_label(row) for row in rows], fontsize=8)
-        axes.invert_yaxis()
-        axes.set_xscale("log")
-        targets = [target for target in map(ratio_target, rows) if target is not None]
-        low, high = min([*ratios, *targets]), max([*ratios, *targets])
-        axes.set_xlim(min(0.5, low / 1.5), high * 10)  # room for the annotations on the right
-        axes.axvline(1.0, color="#616161", linewidth=0.8, linestyle=":")
-        axes.set_title(TITLES.get(name, name) + f"  (scripts/{name}.py)", fontsize=10, loc="left")
-        axes.grid(axis="x", which="both", alpha=0.25)
+def image_path(folder: Path, name: str) -> Path:
+    """Where the plot of benchmark ``name`` goes."""
+    return folder / f"performance-{name}.png"
+
+
+def plot(benchmarks: Mapping[str, Results], folder: Path) -> list[Path]:
+    """Draws the ratios of each benchmark against their targets, one PNG per benchmark in
+    ``folder`` (readable at page width); returns the files written."""
+    written = []
+    for name, results in benchmarks.items():
+        rows = [row for row in results.rows if row.ratio is not None]
+        if rows:
+            path = image_path(folder, name)
+            _plot_one(name, results, rows, path)
+            written.append(path)
+    return written
+
+
+def _plot_one(name: str, results: Results, rows: list[Row], path: Path) -> None:
+    labels = [_label(row) for row in rows]
+    heights = [0.22 + 0.16 * label.count("\n") for label in labels]
+    figure = Figure(figsize=(9, 1.5 + sum(heights) + 0.12 * len(rows)), layout="constrained")
+    axes = figure.add_subplot()
+    positions: list[float] = []
+    position = 0.0
+    for height in heights:  # taller rows for labels of several lines
+        positions.append(position + height / 2)
+        position += height + 0.12
+    ratios = [row.ratio for row in rows if row.ratio is not None]
+    axes.barh(positions, ratios, color=[_COLOURS[row.ok] for row in rows], height=0.2)
+    targets = []
+    for at, row in zip(positions, rows, strict=True):
+        target = ratio_target(row)
+        if target is not None:
+            targets.append(target)
+            axes.plot([target], [at], marker="|", markersize=12, markeredgewidth=2.2, color="black")
+        assert row.ratio is not None
+        axes.annotate(
+            f"{row.ratio:.2f}", (max(row.ratio, target or 0.0), at), xytext=(4, 0), textcoords="offset points",
+            va="center", fontsize=7,
+        )  # fmt: skip
+    axes.set_yticks(positions, labels, fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xscale("log")
+    low, high = min([*ratios, *targets]), max([*ratios, *targets])
+    axes.set_xlim(min(0.5, low / 1.5), high * 2.5)  # room for the values right of the bars
+    axes.axvline(1.0, color="#616161", linewidth=0.8, linestyle=":")
+    cpus = f", {results.cpus} CPUs" if results.cpus is not None else ""
+    axes.set_title(f"{TITLES.get(name, name)}  (scripts/{name}.py{cpus})", fontsize=9, loc="left")
+    axes.set_xlabel("ratio (see each row's table for what it compares; log scale)", fontsize=7)
+    axes.tick_params(axis="x", labelsize=7)
+    axes.grid(axis="x", which="both", alpha=0.25)
     figure.legend(
         handles=[
             Patch(color=_COLOURS[True], label="meets its target"),
             Patch(color=_COLOURS[False], label="misses its target"),
             Patch(color=_COLOURS[None], label="context (no target)"),
-            Line2D([], [], color="black", marker="|", linestyle="", markersize=12, label="target (ratio targets)"),
+            Line2D([], [], color="black", marker="|", linestyle="", markersize=10, label="target"),
         ],
         loc="outside lower center",
         ncols=4,
-        fontsize=8,
+        fontsize=7,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, metadata={"Software": None})
@@ -221,7 +228,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=REPO / "docs" / "data", help="folder of the JSON results")
     parser.add_argument("--page", type=Path, default=REPO / "docs" / "performance.md", help="page with the tables")
-    parser.add_argument("--image", type=Path, default=REPO / "docs" / "img" / "performance.png", help="plot to write")
+    parser.add_argument("--images", type=Path, default=REPO / "docs" / "img", help="folder of the plots to write")
     parser.add_argument("--check", action="store_true", help="only check that the page's tables are up to date")
     return parser.parse_args(argv)
 
@@ -238,9 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if updated != page:
         args.page.write_text(updated, encoding="utf-8")
-    plot(benchmarks, args.image)
+    written = plot(benchmarks, args.images)
     found = ", ".join(benchmarks) or "none"
-    print(f"results found: {found}; wrote {args.image} and the tables of {args.page}")
+    print(f"results found: {found}; wrote {', '.join(map(str, written)) or 'no plot'} and the tables of {args.page}")
     return 0
 
 

@@ -210,8 +210,34 @@ def test_performance_tables_match_the_benchmark_data() -> None:
     )
 
 
-def test_performance_plot_exists() -> None:
-    assert (DOCS / "img" / "performance.png").is_file(), "run .venv/bin/python scripts/plot_performance.py"
+def test_every_verdict_is_its_ratio_against_its_target() -> None:
+    """A bar of the plot and a row of the tables must never flatter: where a target is on the
+    ratio's own scale ("<= 3 RTT", ">= 0.80x"), the verdict (the colour of the bar, the "met"
+    column) is exactly that comparison, and rows without a verdict have no such target."""
+    plot = _plot_script()
+    checked = 0
+    for name, results in plot.load_benchmarks(DOCS / "data").items():
+        for row in results.rows:
+            match = plot._RATIO_TARGET.match(row.target)
+            if match is None or row.ratio is None:
+                continue
+            value = float(match["value"])
+            expected = {"<=": row.ratio <= value, ">=": row.ratio >= value}.get(match["op"])
+            label = f"{name}: {row.workload} / {row.measure} ({row.ratio:.2f} vs {row.target})"
+            assert row.ok is not None, f"{label}: a target without a verdict"
+            if expected is not None:
+                assert row.ok == expected, f"{label}: verdict {row.ok} contradicts the ratio"
+                checked += 1
+    assert checked > 20  # the check ran over the benchmark data
+
+
+def test_performance_plots_exist_and_are_shown() -> None:
+    plot = _plot_script()
+    page = (DOCS / "performance.md").read_text(encoding="utf-8")
+    for name in plot.load_benchmarks(DOCS / "data"):
+        image = plot.image_path(DOCS / "img", name)
+        assert image.is_file(), "run .venv/bin/python scripts/plot_performance.py"
+        assert f"(img/{image.name})" in page, f"performance.md doesn't show {image.name}"
 
 
 # -- the command line page shows the real help --------------------------------------------
