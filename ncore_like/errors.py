@@ -19,10 +19,12 @@ __all__ = [
     "ConsolidatedMetadataError",
     "EventLoopError",
     "InvalidKeyError",
+    "MissingDependencyError",
     "NcoreLikeError",
     "NodeMetadataError",
     "ReadOnlyError",
     "RecordExistsError",
+    "RemoteStorageError",
     "UnfinishedArchiveError",
 ]
 
@@ -98,6 +100,16 @@ class ConsolidatedMetadataError(NcoreLikeError, ValueError):
 class UnfinishedArchiveError(NcoreLikeError, FileExistsError):
     """Writing an archive found the unfinished (partial) file of an earlier writer of the
     same name, which it never overwrites: recover it (:func:`ncore_like.recover`) or delete it."""
+
+
+class RemoteStorageError(NcoreLikeError, OSError):
+    """Remote storage can't be used: no credentials, an endpoint that doesn't answer, access
+    denied. The message names the location (never a credential) and what to check."""
+
+
+class MissingDependencyError(NcoreLikeError, ImportError):
+    """A location needs a package that isn't installed (e.g. ``s3fs`` for ``s3://``); the
+    message names the extra to install."""
 
 
 class NodeMetadataError(NcoreLikeError, ValueError):

@@ -21,10 +21,10 @@ import threading
 from typing import Any, Protocol
 
 from .._concurrency import await_on_loop, fsspec_loop, run_in_worker, sync
-from ..errors import ArchiveFormatError
+from ..errors import ArchiveFormatError, MissingDependencyError, NcoreLikeError, RemoteStorageError
 from ._location import Location
 
-__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "LocalSource", "RecordSource"]
+__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "LocalSource", "RecordSource", "remote_failure"]
 
 #: Block size of the buffered file object of remote archives, unless the storage options
 #: choose one: a random 1 MB record then moves ~1.1 MB in one request, while nearby small
@@ -178,7 +178,10 @@ class FsspecSource:
         self._file: Any = None
         self._file_size: int | None = None
         self._pid = os.getpid()
-        self._fs: Any = upath.fs
+        try:
+            self._fs: Any = upath.fs
+        except ImportError as error:  # e.g. s3:// without s3fs
+            raise remote_failure(error, self._name) from error
         self._path: str = upath.path
         self._remote = _is_async(self._fs)
 
@@ -210,7 +213,9 @@ class FsspecSource:
             # A suffix request needs no HEAD (the size is unknown until the header is decoded).
             data = bytes(fs.cat_file(self._path, start=-size))
         except Exception as error:
-            failure = self._not_a_file(error)
+            failure: BaseException = self._not_a_file(error)
+            if failure is error:
+                failure = remote_failure(error, self._name)
             if failure is error:
                 raise
             raise failure from error
@@ -223,7 +228,9 @@ class FsspecSource:
         try:
             data = bytes(await await_on_loop(fs._cat_file(self._path, start=-size), fsspec_loop(fs)))
         except Exception as error:
-            failure = await run_in_worker(self._not_a_file, error)
+            failure: BaseException = await run_in_worker(self._not_a_file, error)
+            if failure is error:
+                failure = remote_failure(error, self._name)
             if failure is error:
                 raise
             raise failure from error
@@ -305,3 +312,57 @@ class FsspecSource:
         # Closing a read-only file object loses nothing, and after a fork it may fail.
         with contextlib.suppress(Exception):
             file.close()
+
+
+# -- failures of remote storage --------------------------------------------------------------
+
+# fsspec's filesystems raise their own libraries' errors; they are recognised by class name
+# (any class of the error's hierarchy), so that no library is imported to name them.
+_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"})
+_UNREACHABLE = frozenset(
+    {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ServerTimeoutError",
+     "ConnectionError", "TimeoutError"}
+)  # fmt: skip
+_DENIED = frozenset({"PermissionError", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+# The package each protocol needs, and how to install it.
+_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
+_INSTALL = {"s3fs": "pip install 'ncore-like[s3]'"}
+
+
+def remote_failure(error: BaseException, name: str) -> BaseException:
+    """The error to raise for ``error`` of the remote location ``name``: a
+    :class:`~ncore_like.errors.RemoteStorageError` or
+    :class:`~ncore_like.errors.MissingDependencyError` that says what to do, or ``error``
+    itself when it is none of the known failures (missing files stay ``FileNotFoundError``)."""
+    if isinstance(error, NcoreLikeError | FileNotFoundError | IsADirectoryError):
+        return error
+    protocol = name.partition("://")[0] if "://" in name else ""
+    if isinstance(error, ImportError):
+        package = _PACKAGES.get(protocol)
+        if package is None:
+            return MissingDependencyError(
+                f"the fsspec implementation of {protocol}:// is missing ({error})", archive=name
+            )
+        install = _INSTALL.get(package, f"pip install {package}")
+        return MissingDependencyError(f"{protocol}:// needs {package}, which isn't installed: {install}", archive=name)
+    kinds = {cls.__name__ for cls in type(error).__mro__}
+    text = str(error).split("\n", 1)[0]
+    if isinstance(error, TypeError) and "unexpected keyword argument" in text:
+        return RemoteStorageError(f"a storage option the filesystem doesn't take ({text})", archive=name)
+    if kinds & _NO_CREDENTIALS:
+        return RemoteStorageError(
+            "no credentials found: set them in the environment or a profile, pass them as storage options "
+            "(-o key=... -o secret=...), or use -o anon=true for a public bucket",
+            archive=name,
+        )
+    if kinds & _DENIED:
+        return RemoteStorageError(
+            f"access denied ({text}): check the credentials and the bucket's policy", archive=name
+        )
+    if kinds & _UNREACHABLE:
+        return RemoteStorageError(
+            f"can't reach the storage ({text}): check the endpoint (storage option endpoint_url or "
+            "client_kwargs) and the network",
+            archive=name,
+        )
+    return error

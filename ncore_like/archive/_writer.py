@@ -45,6 +45,7 @@ from ._format import (
     tar_end,
 )
 from ._location import Location
+from ._sources import remote_failure
 
 __all__ = ["PARTIAL_SUFFIX", "ArchiveWriter", "partial_path"]
 
@@ -143,7 +144,13 @@ class _FileSink:
     def __init__(self, location: Location) -> None:
         upath = location.upath
         self._name = location.name
-        self._file: Any = upath.fs.open(upath.path, "wb")
+        try:
+            self._file: Any = upath.fs.open(upath.path, "wb")
+        except Exception as error:  # no credentials, no endpoint, s3fs missing...
+            failure = remote_failure(error, self._name)
+            if failure is error:
+                raise
+            raise failure from error
 
     def write(self, buffers: Sequence[_Buffer], total: int) -> None:
         for buffer in buffers:

@@ -41,7 +41,7 @@ __all__ = [
 #: Errors that mean "this input is bad", reported as one line without a traceback. Library
 #: errors (ArchiveFormatError, RecordExistsError, zarr's errors...) are ValueErrors, missing
 #: files and failed requests OSErrors, missing records KeyErrors.
-EXPECTED_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError)
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (NcoreLikeError, OSError, ValueError, KeyError)
 
 # A URL scheme of two or more characters: a Windows drive letter ("C:\...") is a path.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
