@@ -129,7 +129,8 @@ def read_sequence(path: Path, args: argparse.Namespace, rng: np.random.Generator
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ncore_like.demo", description=__doc__.split("\n\n")[0])
+    # The docstring's reStructuredText literals (``x``) read as plain text in a terminal.
+    parser = argparse.ArgumentParser(prog="ncore_like.demo", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--frames", type=int, default=120, help="frames per camera and lidar sweeps (120)")
     parser.add_argument("--cameras", type=int, default=2, choices=(1, 2), help="cameras (2)")
     parser.add_argument("--points", type=int, default=50_000, help="lidar points per sweep (50000)")

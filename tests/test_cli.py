@@ -24,6 +24,7 @@ from zarr.abc.store import Store as ZarrStore
 
 from ncore_like import Array, BloscCompression, Group, IndexedTarArchive, IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ncore_like.archive import is_node_metadata_key
+from ncore_like.backend import is_blob
 from ncore_like.cli import main, render_tree
 from ncore_like.store import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
 from tests.support.archives import rewrite_index
@@ -246,7 +247,10 @@ def test_info(archive: tuple[Site, str], capsys: pytest.CaptureFixture[str]) -> 
         assert info["consolidated_keys"] == [key for key in library.keys() if Store.is_consolidated_metadata_key(key)]
         assert info["consolidated_keys"] == [CONSOLIDATED_KEY_V2]
         assert info["groups"] == 1 + sum(isinstance(node, Group) for node in all_nodes)
-        assert info["arrays"] == sum(isinstance(node, Array) for node in all_nodes)
+        arrays = [node for node in all_nodes if isinstance(node, Array)]
+        blobs = [array for array in arrays if is_blob(array.zarr)]
+        assert blobs and info["blobs"] == len(blobs)  # counted apart from the other arrays
+        assert info["arrays"] == len(arrays) - len(blobs)
 
     code, out, _ = cli(capsys, "info", *site.options, site.arg(name))
     assert code == 0
@@ -727,3 +731,36 @@ def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0, out
     code, _, err = cli(capsys, "recover", str(path))
     assert code == 1 and "needs no recovery" in err and "Traceback" not in err
+
+
+# -- first contact: pipes, options, plain URLs ------------------------------------------------
+
+
+def test_a_closed_pipe_is_no_failure(tmp_path: Path) -> None:
+    path = tmp_path / "many.itar"
+    with IndexedTarArchive(path, "w") as archive:
+        for index in range(20_000):  # more listing than a pipe buffer holds
+            archive[f"records/{index:06d}"] = b"x"
+    command = f"set -o pipefail; {sys.executable} -m ncore_like ls {path} | head -n 2"
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2 and result.stderr == ""
+
+
+def test_storage_options_on_a_local_path_are_reported(local_archive: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "ls", str(local_archive), "-o", "anon=true")
+    assert code == 0 and out
+    assert err.startswith("ncore-like: warning:") and "anon" in err and "ignored" in err
+
+
+def test_plain_urls_take_storage_options(s3_bucket: UPath) -> None:
+    options = dict(s3_bucket.storage_options)
+    url = str(s3_bucket / "plain.itar")
+    with IndexedTarZarrStore(url, mode="w", storage_options=options) as store:
+        store.create_root_group({"plain": True}).create_array("x", np.arange(3))
+        store.consolidate()
+    root = IndexedTarZarrStore(url, storage_options=options).open_root_group()
+    assert root.attributes == {"plain": True} and root.array("x").read().tolist() == [0, 1, 2]
+    assert IndexedTarArchive(url, storage_options=options).keys() == IndexedTarArchive(s3_bucket / "plain.itar").keys()
+    with pytest.raises(ValueError, match="storage options apply to URLs"):
+        IndexedTarZarrStore(s3_bucket.path, storage_options=options)  # a local path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,3 +29,10 @@ def test_demo_writes_and_reads_a_sequence(tmp_path: Path, capsys: pytest.Capture
     points = np.concatenate([slab.read() for slab in slabs])
     np.testing.assert_array_equal(points[5], np.asarray(slabs[1].zarr[1]))
     assert root.array("timestamps_us").read().shape == (12,)
+
+
+def test_help_reads_as_plain_text() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ncore_like.demo", "--help"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "``" not in result.stdout and ".itar archive" in result.stdout

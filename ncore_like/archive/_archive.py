@@ -110,6 +110,8 @@ class IndexedTarArchive:
     Args:
         itar_path: Location of the archive: a local path, or a URL / ``UPath`` of any
             fsspec filesystem (storage options of a ``UPath`` are used).
+        storage_options: Options of the URL's filesystem (as fsspec takes them, e.g.
+            ``{"endpoint_url": ..., "anon": True}``); a ValueError for local paths.
         mode: ``"r"`` reads an existing archive, ``"w"`` creates (truncates) and writes one.
         index_tail_read_size: Bytes read from the end of the file in one I/O call when
             opening: the index header and, usually, the compressed index and the node
@@ -164,8 +166,10 @@ class IndexedTarArchive:
         *,
         verify_checksums: bool | None = None,
         checksums: bool = True,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._init_state(Location(itar_path), mode, index_tail_read_size, remote_range_reads, verify_checksums)
+        location = Location(itar_path, storage_options)
+        self._init_state(location, mode, index_tail_read_size, remote_range_reads, verify_checksums)
         if mode == "w":
             self._writer = ArchiveWriter(self._location, checksums=checksums)
             self._crcs = self._writer.crcs
@@ -289,6 +293,7 @@ class IndexedTarArchive:
         prefetch_keys: Iterable[str] = (),
         *,
         verify_checksums: bool | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> IndexedTarArchive:
         """Opens an archive for reading without blocking the running event loop.
 
@@ -298,7 +303,7 @@ class IndexedTarArchive:
         ``prefetch_keys`` that exist (e.g. the consolidated metadata record) are fetched
         while opening and held in memory until they are read once.
         """
-        location = Location(itar_path)
+        location = Location(itar_path, storage_options)
         source = _open_source(location, remote_range_reads)
         if not source.is_remote:
             source.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +38,13 @@ class Location:
 
     __slots__ = ("_upath", "local")
 
-    def __init__(self, location: str | PurePath | UPath | Location) -> None:
+    def __init__(
+        self, location: str | PurePath | UPath | Location, storage_options: Mapping[str, Any] | None = None
+    ) -> None:
         self._upath: UPath | None
         self.local: str | None
+        if storage_options:
+            location = _with_options(location, storage_options)
         if isinstance(location, Location):
             self.local, self._upath = location.local, location._upath
         elif _is_upath(location) or (isinstance(location, str) and _is_url(location)):
@@ -86,6 +91,24 @@ class Location:
 
     def __repr__(self) -> str:
         return f"Location({self.name!r})"
+
+
+def _with_options(location: str | PurePath | UPath | Location, options: Mapping[str, Any]) -> UPath:
+    """A URL (or a ``UPath``, whose own options the given ones extend) with storage options;
+    ValueError for local paths, which take none (options there would be silently ignored)."""
+    from upath import UPath
+
+    if isinstance(location, Location):
+        location = location.local if location.local is not None else location.upath
+    if _is_upath(location):
+        upath: UPath = location  # type: ignore[assignment]
+        if upath.protocol not in _LOCAL_PROTOCOLS:
+            combined: UPath = UPath(str(upath), **{**upath.storage_options, **options})
+            return combined
+    elif isinstance(location, str) and _is_url(location) and not location.startswith(("file:", "local:")):
+        remote: UPath = UPath(location, **options)
+        return remote
+    raise ValueError(f"{location}: storage options apply to URLs (s3://, https://...), not to local paths")
 
 
 def _remote_location(url: str, storage_options: dict[str, Any]) -> Location:

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 
 from .. import __version__
 from . import _cat, _extract, _info, _ls, _pack, _recover, _refs, _tree, _verify
-from ._common import EXPECTED_ERRORS, CommandError, describe_error, storage_option_parser
+from ._common import (
+    EXPECTED_ERRORS,
+    CommandError,
+    describe_error,
+    storage_option_parser,
+    warn_unused_storage_options,
+)
 from ._tree import render_tree
 
 __all__ = ["build_parser", "main", "render_tree"]
@@ -46,14 +52,14 @@ def _exit_code(code: object) -> int:
 
 
 def _stdout_closed() -> int:
-    # The reader went away (``ncore-like ls big.itar | head``): not an error worth a message.
-    # Later flushes at exit would fail again, so stdout is pointed at /dev/null.
+    # The reader went away (``ncore-like ls big.itar | head``): it had what it wanted, so the
+    # command succeeded. Later flushes at exit would fail again: stdout goes to /dev/null.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # stdout without a descriptor (e.g. captured in tests)
         pass
-    return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version and usage errors: argparse printed why
         return _exit_code(exit_.code)
+    warn_unused_storage_options(args)
     try:
         code: int = args.run(args)
     except BrokenPipeError:

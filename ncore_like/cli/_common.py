@@ -36,6 +36,7 @@ __all__ = [
     "reporting",
     "step_progress",
     "storage_option_parser",
+    "warn_unused_storage_options",
 ]
 
 #: Errors that mean "this input is bad", reported as one line without a traceback. Library
@@ -146,6 +147,21 @@ class Location:
     def same_as(self, other: Location) -> bool:
         """True if both name the same file (compared by location, not by content)."""
         return self.name == other.name and self.upath.protocol == other.upath.protocol
+
+
+def warn_unused_storage_options(args: argparse.Namespace) -> None:
+    """Warns when storage options were given but no location of the command is a URL: they
+    apply to remote locations only, and would be silently ignored."""
+    options = getattr(args, "storage_options", None)
+    if not options:
+        return
+    values = [value for value in vars(args).values() if isinstance(value, str)]
+    if not any(_URL.match(value) for value in values):
+        names = ", ".join(sorted({name for name, _ in options}))
+        print(
+            f"ncore-like: warning: storage options apply to URLs only, ignored for local paths ({names})",
+            file=sys.stderr,
+        )
 
 
 def open_store(location: Location, *, range_reads: bool = False) -> IndexedTarZarrStore:

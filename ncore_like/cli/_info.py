@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..archive._format import INDEX_TYPE_CBOR_XZ
+from ..backend import is_blob
 from ..nodes import Group
 from ..store import IndexedTarZarrStore
 from ._common import Location, add_json_option, format_bytes, open_store, print_json, reporting
@@ -26,11 +27,14 @@ def archive_info(store: IndexedTarZarrStore) -> dict[str, Any]:
     consolidated = consolidated_keys(archive)
     groups: int | None = None
     arrays: int | None = None
+    blobs: int | None = None
     if zarr_format is not None:
-        groups, arrays = 1, 0  # the root group counts
+        groups, arrays, blobs = 1, 0, 0  # the root group counts
         for node in walk(open_root(store, archive)):
             if isinstance(node, Group):
                 groups += 1
+            elif is_blob(node.zarr):  # encoded images and other binary payloads
+                blobs += 1
             else:
                 arrays += 1
     # Opening rejects index types it doesn't know, so an open archive has the one known type.
@@ -49,6 +53,7 @@ def archive_info(store: IndexedTarZarrStore) -> dict[str, Any]:
         "consolidated_keys": consolidated,
         "groups": groups,
         "arrays": arrays,
+        "blobs": blobs,
     }
 
 
@@ -65,7 +70,8 @@ def _text(info: dict[str, Any]) -> list[str]:
         ("zarr format", str(info["zarr_format"]) if hierarchy else "- (no zarr hierarchy)"),
         ("consolidated", consolidated),
         ("groups", f"{info['groups']} (with the root)" if hierarchy else "-"),
-        ("arrays", str(info["arrays"]) if hierarchy else "-"),
+        ("arrays", f"{info['arrays']} (besides the blobs)" if hierarchy else "-"),
+        ("blobs", f"{info['blobs']} (binary payloads, e.g. encoded images)" if hierarchy else "-"),
     ]
     width = max(len(label) for label, _ in rows) + 1
     return [f"{label + ':':<{width}} {value}" for label, value in rows]
@@ -78,7 +84,7 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         parents=parents,
         help="show the format, index and hierarchy of an archive",
         description="Show the format of an archive, its index (type, offset, size), record count and file "
-        "size, and its zarr hierarchy: zarr format, consolidated metadata, number of groups and arrays.",
+        "size, and its zarr hierarchy: zarr format, consolidated metadata, number of groups, arrays and blobs.",
     )
     parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
     add_json_option(parser)

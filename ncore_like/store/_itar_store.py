@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,6 +48,7 @@ class IndexedTarZarrStore(Store):
         *,
         verify_checksums: bool | None = None,
         checksums: bool = True,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._archive = IndexedTarArchive(
             itar_path,
@@ -55,6 +57,7 @@ class IndexedTarZarrStore(Store):
             remote_range_reads,
             verify_checksums=verify_checksums,
             checksums=checksums,
+            storage_options=storage_options,
         )
         super().__init__(ItarZarrStore(self._archive))
         self._init_views()
@@ -82,6 +85,7 @@ class IndexedTarZarrStore(Store):
         remote_range_reads: bool = False,
         *,
         verify_checksums: bool | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> IndexedTarZarrStore:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
@@ -91,6 +95,7 @@ class IndexedTarZarrStore(Store):
             remote_range_reads,
             prefetch_keys=(CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3),
             verify_checksums=verify_checksums,
+            storage_options=storage_options,
         )
         return cls._of_archive(archive)
 
