@@ -764,3 +764,26 @@ def test_plain_urls_take_storage_options(s3_bucket: UPath) -> None:
     assert IndexedTarArchive(url, storage_options=options).keys() == IndexedTarArchive(s3_bucket / "plain.itar").keys()
     with pytest.raises(ValueError, match="storage options apply to URLs"):
         IndexedTarZarrStore(s3_bucket.path, storage_options=options)  # a local path
+
+
+def test_tree_shortens_large_groups_and_stops_at_a_depth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "frames.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({})
+        frames = root.create_group("cameras").create_group("front")
+        for index in range(60):
+            frames.create_bytes_array(f"{index:04d}", b"\xff\xd8" + bytes(index))
+        root.create_array("poses", np.zeros((60, 7)))
+        store.consolidate()
+    code, out, _ = cli(capsys, "tree", str(path))
+    assert code == 0 and "0024" in out and "0025" not in out and "... 35 more" in out
+    assert len(out.splitlines()) < 35
+    code, out, _ = cli(capsys, "tree", "--limit", "0", str(path))
+    assert code == 0 and "0059" in out and "more" not in out
+    code, out, _ = cli(capsys, "tree", "--depth", "1", str(path))
+    assert code == 0 and "cameras/  (1 members, below --depth)" in out and "front" not in out and "poses" in out
+    code, out, _ = cli(capsys, "tree", "--json", str(path))  # JSON: everything
+    front = json.loads(out)["members"][0]["members"][0]
+    assert len(front["members"]) == 60
+    code, _, err = cli(capsys, "tree", "--depth", "0", str(path))
+    assert code == 2 and "positive" in err

@@ -28,6 +28,10 @@ __all__ = ["ArraySummary", "register", "render_tree", "run", "summarize_array", 
 
 RecordSize = Callable[[str], int | None]
 
+#: Members per group the text output shows unless ``--limit`` says otherwise (a sequence of
+#: thousands of frames would print thousands of lines).
+DEFAULT_LIMIT = 25
+
 
 @dataclass(frozen=True)
 class ArraySummary:
@@ -121,7 +125,9 @@ def _attribute_lines(attributes: Mapping[str, Any], prefix: str) -> list[str]:
     return [f"{prefix}@ {key}: {format_json_value(value)}" for key, value in sorted(attributes.items())]
 
 
-def render_tree(group: Group, *, attributes: bool = False, max_members: int | None = None) -> list[str]:
+def render_tree(
+    group: Group, *, attributes: bool = False, max_members: int | None = None, max_depth: int | None = None
+) -> list[str]:
     """The hierarchy below ``group`` as lines of text: groups end in ``/``, arrays show
     dtype, shape, chunks, compression, stored size (from the archive index, no chunk is
     read) and compression ratio; blobs their size.
@@ -130,6 +136,8 @@ def render_tree(group: Group, *, attributes: bool = False, max_members: int | No
         group: The group to render (typically a root group).
         attributes: Also show the attributes of every node (``@ key: value`` in JSON).
         max_members: Show at most this many members of each group (and how many more).
+        max_depth: Show the members of groups down to this many levels below ``group``
+            (deeper groups show their member count only).
 
     Returns:
         The lines, without line ends.
@@ -139,7 +147,7 @@ def render_tree(group: Group, *, attributes: bool = False, max_members: int | No
     lines = [f"{label}  (zarr v{group.zarr_format})"]
     if attributes:
         lines += _attribute_lines(group.attributes, "")
-    _render_members(group, "", record_size, attributes, lines, max_members)
+    _render_members(group, "", record_size, attributes, lines, max_members, max_depth)
     return lines
 
 
@@ -150,6 +158,7 @@ def _render_members(
     attributes: bool,
     lines: list[str],
     max_members: int | None,
+    depth_left: int | None,
 ) -> None:
     members = list(group.items())
     hidden = 0
@@ -160,10 +169,14 @@ def _render_members(
         last = position == len(members) - 1 and not hidden
         branch, inner = ("└── ", "    ") if last else ("├── ", "│   ")
         if isinstance(node, Group):
+            if depth_left is not None and depth_left <= 1:
+                lines.append(f"{prefix}{branch}{name}/  ({len(node.members())} members, below --depth)")
+                continue
             lines.append(f"{prefix}{branch}{name}/")
             if attributes:
                 lines += _attribute_lines(node.attributes, prefix + inner)
-            _render_members(node, prefix + inner, record_size, attributes, lines, max_members)
+            deeper = None if depth_left is None else depth_left - 1
+            _render_members(node, prefix + inner, record_size, attributes, lines, max_members, deeper)
         else:
             lines.append(f"{prefix}{branch}{name}  {_array_text(summarize_array(node, record_size))}")
             if attributes:
@@ -238,6 +251,15 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
     parser.add_argument("-a", "--attributes", action="store_true", help="show the attributes of every node")
+    parser.add_argument(
+        "--depth", type=_positive, metavar="N", help="show groups down to N levels below the root (text; default: all)"
+    )
+    parser.add_argument(
+        "--limit",
+        type=_positive_or_zero,
+        metavar="N",
+        help=f"show at most N members per group, 0 for all (default: {DEFAULT_LIMIT} in text, all in JSON)",
+    )
     add_json_option(parser)
     parser.set_defaults(run=run)
 
@@ -252,5 +274,21 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print_json(tree_document(root, attributes=args.attributes))
             else:
-                print("\n".join(render_tree(root, attributes=args.attributes)))
+                limit = DEFAULT_LIMIT if args.limit is None else args.limit or None
+                lines = render_tree(root, attributes=args.attributes, max_members=limit, max_depth=args.depth)
+                print("\n".join(lines))
     return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _positive_or_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or a positive number, got {text}")
+    return value
