@@ -98,3 +98,17 @@ def test_a_damaged_consolidated_record_still_opens_unconsolidated(tmp_path: Path
     with pytest.warns(RuntimeWarning, match="consolidated"):
         opened = xr.open_zarr(IndexedTarZarrStore(path).zarr)
     xr.testing.assert_identical(opened.load(), dataset)
+
+
+def test_an_extracted_hierarchy_opens_consolidated_in_zarr_python(tmp_path: Path) -> None:
+    from ncore_like.cli import main
+
+    path = tmp_path / "seq.itar"
+    dataset = write_archive(path, 3)
+    folder = tmp_path / "seq.zarr"
+    assert main(["extract", "-q", str(path), "-C", str(folder)]) == 0
+    assert not (folder / "zarr.json.cbor.zlib").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opened = xr.open_zarr(folder)
+    xr.testing.assert_identical(opened.load(), dataset)

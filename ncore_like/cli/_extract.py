@@ -11,6 +11,7 @@ from typing import Any
 from ..archive import IndexedTarArchive, read_records
 from ..archive._format import validate_key
 from ..errors import InvalidKeyError
+from ..store import ItarZarrStore, is_consolidated_metadata_key
 from ._common import CommandError, Location, add_quiet_option, progress, reporting
 
 __all__ = ["register", "run", "targets"]
@@ -75,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
     location = Location.parse(args.archive, args.storage_options)
     with reporting(location.name), IndexedTarArchive(location.target, remote_range_reads=location.is_remote) as archive:
         keys = list(dict.fromkeys(args.keys)) if args.keys else archive.keys()
+        # A whole hierarchy gets zarr-python's own consolidated metadata (the archive's
+        # compressed record means nothing to zarr-python in a folder, which would warn).
+        consolidated = {} if args.keys else ItarZarrStore(archive, read_only=True).standard_consolidated_records()
+        if consolidated:
+            keys = [key for key in keys if not is_consolidated_metadata_key(key)]
         missing = [key for key in keys if key not in archive]
         if missing:
             raise CommandError(f"{location.name}: no record {', '.join(map(repr, missing))} in the archive")
@@ -91,4 +97,8 @@ def run(args: argparse.Namespace) -> int:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
                 bar.update(len(data))
+        for key, data in consolidated.items():  # after the records: it replaces the root zarr.json
+            target = args.directory.resolve() / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
     return 0

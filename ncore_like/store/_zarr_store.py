@@ -324,6 +324,18 @@ class ItarZarrStore(SyncZarrStore):
         """Every key the store lists (the archive's, and what it serves besides)."""
         return list(self._keys())
 
+    def standard_consolidated_records(self) -> dict[str, bytes]:
+        """zarr-python's own consolidated metadata that the store serves from the archive's
+        compressed record, by key (``.zmetadata``, or the root ``zarr.json`` with inline
+        metadata; empty if it serves none): e.g. to write a folder zarr-python opens
+        consolidated."""
+        served = {}
+        for key in sorted(_STANDARD_CONSOLIDATED_KEYS):
+            value: Any = self._overlaid(key) if self._node_metadata is None else self._NOT_OVERLAID
+            if isinstance(value, bytes):
+                served[key] = value
+        return served
+
     def record_bytes(self, key: str) -> bytes:
         """The bytes the store serves for ``key`` (KeyError if none)."""
         buffer = self.get_sync(key)
