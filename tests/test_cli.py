@@ -3,6 +3,7 @@ archives; outputs are checked against the library's own view of the archive."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -794,3 +795,40 @@ def test_tree_shortens_large_groups_and_stops_at_a_depth(tmp_path: Path, capsys:
     assert len(front["members"]) == 60
     code, _, err = cli(capsys, "tree", "--depth", "0", str(path))
     assert code == 2 and "positive" in err
+
+
+def test_cat_and_extract_take_array_paths_prefixes_and_globs(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    path = tmp_path / "seq.itar"
+    frames = {f"{index:05d}": b"\xff\xd8" + bytes([index]) * index + b"\x00" for index in range(4)}
+    poses = np.arange(12.0).reshape(3, 4)
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({})
+        front = root.create_group("cameras").create_group("front")
+        for name, blob in frames.items():
+            front.create_bytes_array(name, blob)
+        root.create_array("poses", poses, compression=BloscCompression())
+        store.consolidate()
+
+    assert main(["cat", str(path), "cameras/front/00003"]) == 0  # an array path, not a record key
+    assert capsysbinary.readouterr().out == frames["00003"]
+    assert main(["cat", str(path), "poses"]) == 0  # not a blob: numpy's .npy (stdout is no terminal here)
+    np.testing.assert_array_equal(np.load(io.BytesIO(capsysbinary.readouterr().out)), poses)
+    assert main(["cat", str(path), "cameras/front/0003"]) == 1
+    assert b"did you mean" in capsysbinary.readouterr().err
+
+    def extracted(*patterns: str) -> list[str]:
+        folder = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        assert main(["extract", "-q", str(path), *patterns, "-C", str(folder)]) == 0
+        return sorted(str(file.relative_to(folder)) for file in folder.rglob("*") if file.is_file())
+
+    keys = IndexedTarArchive(path).keys()
+    below = sorted(key for key in keys if key.startswith("cameras/front/"))
+    assert extracted("cameras/front") == below
+    assert extracted("cameras/*/0000[12]/*") == sorted(
+        key for key in keys if key.startswith(("cameras/front/00001/", "cameras/front/00002/"))
+    )
+    assert main(["extract", "-q", str(path), "cameras/rear", "-C", str(tmp_path / "none")]) == 1
+    assert b"no record matches 'cameras/rear'" in capsysbinary.readouterr().err
+    assert not (tmp_path / "none").exists()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import fnmatch
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +29,7 @@ __all__ = [
     "Progress",
     "add_json_option",
     "add_quiet_option",
+    "close_matches",
     "describe_error",
     "format_bytes",
     "open_store",
@@ -34,6 +37,7 @@ __all__ = [
     "print_json",
     "progress",
     "reporting",
+    "select_keys",
     "step_progress",
     "storage_option_parser",
     "warn_unused_storage_options",
@@ -162,6 +166,34 @@ def warn_unused_storage_options(args: argparse.Namespace) -> None:
             f"ncore-like: warning: storage options apply to URLs only, ignored for local paths ({names})",
             file=sys.stderr,
         )
+
+
+def close_matches(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean 'a', 'b'?)`` for the candidates nearest to ``name``, or nothing."""
+    matches = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(map(repr, matches))}?)" if matches else ""
+
+
+def select_keys(keys: Sequence[str], patterns: Sequence[str], name: str) -> list[str]:
+    """The keys that ``patterns`` name, in archive order: a key itself, a prefix (every key
+    below ``cameras/front``), or a glob (``cameras/*/00*``). CommandError naming each
+    pattern that matches nothing, with the nearest keys."""
+    chosen: set[str] = set()
+    unmatched = []
+    for pattern in patterns:
+        prefix = pattern.rstrip("/") + "/"
+        if pattern in keys:
+            found = [pattern]
+        elif any(key.startswith(prefix) for key in keys):
+            found = [key for key in keys if key.startswith(prefix)]
+        else:
+            found = fnmatch.filter(keys, pattern) if any(char in pattern for char in "*?[") else []
+        if not found:
+            unmatched.append(f"{pattern!r}{close_matches(pattern, keys)}")
+        chosen.update(found)
+    if unmatched:
+        raise CommandError(f"{name}: no record matches {'; '.join(unmatched)}")
+    return [key for key in keys if key in chosen]
 
 
 def open_store(location: Location, *, range_reads: bool = False) -> IndexedTarZarrStore:

@@ -12,7 +12,7 @@ from ..archive import IndexedTarArchive, read_records
 from ..archive._format import validate_key
 from ..errors import InvalidKeyError
 from ..store import ItarZarrStore, is_consolidated_metadata_key
-from ._common import CommandError, Location, add_quiet_option, progress, reporting
+from ._common import CommandError, Location, add_quiet_option, progress, reporting, select_keys
 
 __all__ = ["register", "run", "targets"]
 
@@ -58,7 +58,13 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "names. Keys that would land outside the folder (absolute, '..') are refused before anything is written.",
     )
     parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
-    parser.add_argument("keys", metavar="KEY", nargs="*", help="keys of the records to extract (default: all)")
+    parser.add_argument(
+        "keys",
+        metavar="KEY",
+        nargs="*",
+        help="records to extract: keys, prefixes (cameras/front: every record below it) or globs "
+        "('cameras/*/00*', quoted) (default: all)",
+    )
     parser.add_argument(
         "-C",
         "--directory",
@@ -75,15 +81,12 @@ def run(args: argparse.Namespace) -> int:
     """Writes the files."""
     location = Location.parse(args.archive, args.storage_options)
     with reporting(location.name), IndexedTarArchive(location.target, remote_range_reads=location.is_remote) as archive:
-        keys = list(dict.fromkeys(args.keys)) if args.keys else archive.keys()
+        keys = select_keys(archive.keys(), args.keys, location.name) if args.keys else archive.keys()
         # A whole hierarchy gets zarr-python's own consolidated metadata (the archive's
         # compressed record means nothing to zarr-python in a folder, which would warn).
         consolidated = {} if args.keys else ItarZarrStore(archive, read_only=True).standard_consolidated_records()
         if consolidated:
             keys = [key for key in keys if not is_consolidated_metadata_key(key)]
-        missing = [key for key in keys if key not in archive]
-        if missing:
-            raise CommandError(f"{location.name}: no record {', '.join(map(repr, missing))} in the archive")
         files = targets(location.name, keys, args.directory)
         records = archive.records
         total = sum(records[key].size for key in keys)

@@ -6,11 +6,10 @@ import argparse
 from typing import Any
 
 from ..archive._format import INDEX_TYPE_CBOR_XZ
-from ..backend import is_blob
 from ..nodes import Group
 from ..store import IndexedTarZarrStore
 from ._common import Location, add_json_option, format_bytes, open_store, print_json, reporting
-from ._hierarchy import consolidated_keys, open_root, root_zarr_format, walk
+from ._hierarchy import consolidated_keys, is_blob, open_root, root_zarr_format, walk
 
 __all__ = ["FORMAT", "archive_info", "register", "run"]
 
@@ -33,7 +32,7 @@ def archive_info(store: IndexedTarZarrStore) -> dict[str, Any]:
         for node in walk(open_root(store, archive)):
             if isinstance(node, Group):
                 groups += 1
-            elif is_blob(node.zarr):  # encoded images and other binary payloads
+            elif is_blob(node):  # encoded images and other binary payloads
                 blobs += 1
             else:
                 arrays += 1
