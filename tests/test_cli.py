@@ -420,16 +420,46 @@ def test_pack_zarr_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     directory = tmp_path / "hierarchy.zarr"
     write_zarr_hierarchy(zarr.storage.LocalStore(directory))
     extra = [] if zarr_format is None else ["--zarr-format", str(zarr_format)]
-    code, _, err = cli(capsys, "pack", str(directory), str(tmp_path / "packed.itar"), *extra)
+    code, out, err = cli(capsys, "pack", str(directory), str(tmp_path / "packed.itar"), *extra)
     assert code == 0, err
     source = ZarrStoreAdapter(zarr.storage.LocalStore(directory, read_only=True)).open_root_group(consolidated=False)
     packed_store, packed = opened(tmp_path / "packed.itar")
     with packed_store:
         assert packed.zarr_format == (zarr_format or 2)
         assert_same_hierarchy(source, packed)
-        # Another codec is replaced by the default Blosc compression.
-        assert packed.array("sub/zstd").compression == BloscCompression()
         assert packed.array("values").compression == source.array("values").compression
+        if zarr_format is None:
+            # Same format: the records are copied, so Zstd stays Zstd, byte for byte.
+            assert "codecs kept" in out
+            for key in ("sub/zstd/.zarray", "sub/zstd/0", "values/0.0"):
+                assert packed_store.archive[key] == (directory / key).read_bytes()
+        else:
+            # Re-encoded: a codec the typed API can't write becomes Blosc, and the summary says so.
+            assert packed.array("sub/zstd").compression == BloscCompression()
+            assert "sub/zstd" in out and "Blosc lz4" in out
+
+
+def test_pack_compression_and_destinations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "hierarchy.zarr"
+    write_zarr_hierarchy(zarr.storage.LocalStore(directory))
+    code, out, err = cli(capsys, "pack", "--compression", "zstd:3", str(directory), str(tmp_path / "z.itar"))
+    assert code == 0 and "compression zstd:3" in out, err
+    packed_store, packed = opened(tmp_path / "z.itar")
+    with packed_store:
+        assert packed.array("values").compression == BloscCompression("zstd", 3)
+        np.testing.assert_array_equal(packed.array("values").read(), np.arange(200).reshape(50, 4))
+    code, _, err = cli(capsys, "pack", "--compression", "snappy", str(directory), str(tmp_path / "s.itar"))
+    assert code == 1 and "--compression 'snappy'" in err and not (tmp_path / "s.itar").exists()
+    code, _, err = cli(capsys, "pack", str(tmp_path / "z.itar"), str(tmp_path / "back.zarr"))
+    assert code == 1 and "ncore-like extract" in err and not (tmp_path / "back.zarr").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = cli(capsys, "pack", str(empty), str(tmp_path / "e.itar"))
+    assert code == 1 and "an empty folder" in err
+    plain = tmp_path / "plain.tar"
+    subprocess.run(["tar", "-cf", str(plain), "-C", str(tmp_path), "hierarchy.zarr"], check=True)
+    code, _, err = cli(capsys, "pack", str(plain), str(tmp_path / "p.itar"))
+    assert code == 1 and "plain tar file" in err and "tar -xf" in err
 
 
 def test_pack_zarr_store_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

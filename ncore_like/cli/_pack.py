@@ -18,10 +18,11 @@ from typing import Any, Literal
 from .._compat import fsspec_store, local_store
 from .._concurrency import default_workers, ordered_map
 from ..archive import read_records
+from ..archive._format import INDEX_MAGIC
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._common import CommandError, Location, add_quiet_option, format_bytes, open_store, progress, reporting
-from ._hierarchy import has_hierarchy, is_blob, open_root, root_zarr_format, walk
+from ._hierarchy import ROOT_METADATA_KEYS, has_hierarchy, is_blob, open_root, root_zarr_format, walk
 
 __all__ = ["register", "run"]
 
@@ -49,10 +50,11 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         parents=parents,
         help="pack a zarr hierarchy into a new archive",
         description="Pack a zarr hierarchy into a new archive. SRC is a zarr directory, a zarr store URL "
-        "(any fsspec filesystem) or another .itar archive. An archive whose zarr format stays the same is "
-        "copied record by record (consolidated metadata is regenerated); anything else is re-encoded: groups "
-        "and attributes recreated, blobs stored as blobs, arrays encoded with their chunk shape and Blosc "
-        "compression (arrays with other codecs get the default Blosc compression) on worker threads.",
+        "(any fsspec filesystem) or another .itar archive. Its records are copied as they are (every array "
+        "keeps its codecs; consolidated metadata is regenerated) unless the zarr format or the compression "
+        "changes: then the hierarchy is re-encoded on worker threads (groups and attributes recreated, blobs "
+        "stored as blobs, arrays with their chunk shape; arrays whose codecs the typed API can't write get "
+        "Blosc lz4, and the summary names them).",
     )
     parser.add_argument("src", metavar="SRC", help="zarr directory, zarr store URL or .itar archive")
     parser.add_argument("dest", metavar="DEST", help="the archive to write (path or URL; replaced if it exists)")
@@ -61,6 +63,13 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         type=int,
         choices=(2, 3),
         help="zarr format of the new archive (default: that of SRC); a change re-encodes every array",
+    )
+    parser.add_argument(
+        "--compression",
+        default=_KEEP,
+        metavar="C",
+        help="keep (default: every array keeps its codecs, records are copied as they are), none, or Blosc "
+        "CNAME[:LEVEL] such as lz4 or zstd:3 (re-encodes every array)",
     )
     parser.add_argument("--no-consolidate", action="store_true", help="don't write the consolidated metadata record")
     parser.add_argument(
@@ -77,14 +86,39 @@ def _source_kind(source: Location) -> SourceKind:
     if source.local is not None:
         path = Path(source.local)
         if path.is_dir():
+            if not any(path.iterdir()):
+                raise CommandError(f"{source.name}: an empty folder, no zarr hierarchy to pack")
+            if not any((path / name).is_file() for name in ROOT_METADATA_KEYS.values()):
+                raise CommandError(
+                    f"{source.name}: a folder without a zarr hierarchy at its top (no .zgroup or zarr.json); "
+                    "pack the folder of the hierarchy"
+                )
             return "directory"
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name)
+        if _is_plain_tar(path):
+            raise CommandError(
+                f"{source.name}: a plain tar file without an index, not an indexed tar archive; unpack it "
+                "(tar -xf) and pack the folder of the zarr hierarchy"
+            )
         return "archive"
     if source.upath.name.endswith(".itar"):
         return "archive"
     # One request tells an archive (a file) from a store (a prefix of many keys).
     return "archive" if source.upath.is_file() else "store"
+
+
+def _is_plain_tar(path: Path) -> bool:
+    """True for tar files without an archive's index (ustar magic at the start, no index
+    header at the end)."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(512)
+            file.seek(-512, os.SEEK_END)
+            tail = file.read(512)
+    except OSError:
+        return False
+    return head[257:262] == b"ustar" and not tail.startswith(INDEX_MAGIC)
 
 
 def _source_store(source: Location, kind: SourceKind) -> Store:
@@ -122,23 +156,39 @@ def _writing(dest: Location) -> Iterator[IndexedTarZarrStore]:
 # -- copying records -----------------------------------------------------------------------
 
 
-def _copy_records(
-    source: IndexedTarZarrStore, dest: IndexedTarZarrStore, *, consolidate: bool, workers: int, quiet: bool
-) -> None:
-    archive = source.archive
-    records = archive.records
-    # Consolidated metadata is regenerated from the node metadata records, never copied.
-    keys = [key for key in archive.keys() if not Store.is_consolidated_metadata_key(key)]
-    total = sum(records[key].size for key in keys)
-    with (
-        progress(total=total, desc="pack", quiet=quiet) as bar,
-        closing(read_records(archive, keys, threads=workers)) as reads,
-    ):
+def _copy_records(source: Store, dest: IndexedTarZarrStore, *, consolidate: bool, workers: int, quiet: bool) -> None:
+    """Copies every record verbatim (each array keeps its codecs, chunks and bytes); the
+    consolidated metadata is regenerated from the node metadata records, never copied."""
+    if isinstance(source, IndexedTarZarrStore):
+        archive = source.archive
+        keys = [key for key in archive.keys() if not Store.is_consolidated_metadata_key(key)]
+        total = sum(archive.records[key].size for key in keys)
+        reads: Iterator[tuple[str, bytes]] = read_records(archive, keys, threads=workers)
+    else:
+        keys = sorted(key for key in source.record_keys() if not Store.is_consolidated_metadata_key(key))
+        total = len(keys)
+        reads = _store_records(source, keys, workers)
+    with progress(total=total, desc="pack", quiet=quiet) as bar, closing(reads):  # type: ignore[type-var]
         for key, data in reads:
             dest.archive[key] = data
-            bar.update(len(data))
+            bar.update(len(data) if isinstance(source, IndexedTarZarrStore) else 1)
     if consolidate and has_hierarchy(dest.archive):
         dest.consolidate()
+
+
+def _store_records(source: Store, keys: list[str], workers: int) -> Iterator[tuple[str, bytes]]:
+    """The records of a zarr-python store, read ahead on threads, in order."""
+
+    def read(key: str) -> bytes:
+        data = source.read_record(key)
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "record disappeared while packing", f"{source.name}/{key}")
+        return data
+
+    with ThreadPoolExecutor(workers) as pool:
+        yield from ordered_map(
+            pool, read, keys, max_items=4 * workers, max_bytes=_MAX_BYTES_IN_FLIGHT, size=lambda _: 0
+        )
 
 
 # -- re-encoding ---------------------------------------------------------------------------
@@ -171,14 +221,25 @@ def _steps(root: Group) -> list[_Step]:
     return steps
 
 
-def _compression(array: Array) -> BloscCompression | None:
+_KEEP = "keep"
+
+
+def _compression(array: Array, asked: BloscCompression | str | None, changed: list[str]) -> BloscCompression | None:
+    """The compression an array is re-encoded with: the one asked for, else its own; arrays
+    whose codecs the typed API can't write (other compressors, filters) get the default
+    Blosc compression, and are listed in ``changed``."""
+    if not isinstance(asked, str):
+        return asked
     try:
         return array.compression
-    except ValueError:  # other codecs or filters: the typed API writes Blosc only
+    except ValueError:
+        changed.append(array.path)
         return BloscCompression()
 
 
-def _prepare(step: _Step, zarr_format: ZarrFormat) -> bytes | EncodedArray | None:
+def _prepare(
+    step: _Step, zarr_format: ZarrFormat, asked: BloscCompression | str | None, changed: list[str]
+) -> bytes | EncodedArray | None:
     """Reads (and encodes) a node's data: runs on worker threads."""
     node = step.node
     if step.kind == "group":
@@ -186,12 +247,16 @@ def _prepare(step: _Step, zarr_format: ZarrFormat) -> bytes | EncodedArray | Non
     assert isinstance(node, Array)
     if step.kind == "blob":
         return node.read_bytes()
-    return EncodedArray.encode(node.read(), chunks=node.chunks, compression=_compression(node), zarr_format=zarr_format)
+    compression = _compression(node, asked, changed)
+    return EncodedArray.encode(node.read(), chunks=node.chunks, compression=compression, zarr_format=zarr_format)
 
 
 def _reencode(
-    root: Group, dest: IndexedTarZarrStore, *, zarr_format: ZarrFormat, consolidate: bool, workers: int, quiet: bool
-) -> None:
+    root: Group, dest: IndexedTarZarrStore, *, zarr_format: ZarrFormat, consolidate: bool, workers: int, quiet: bool,
+    compression: BloscCompression | str | None,
+) -> list[str]:  # fmt: skip
+    """Recreates the hierarchy in ``dest``; returns the arrays whose codecs changed."""
+    changed: list[str] = []
     groups = {"": dest.create_root_group(dict(root.attributes), zarr_format=zarr_format)}
     steps = _steps(root)
     with (
@@ -200,7 +265,7 @@ def _reencode(
         closing(
             ordered_map(
                 pool,
-                lambda step: _prepare(step, zarr_format),
+                lambda step: _prepare(step, zarr_format, compression, changed),
                 steps,
                 max_items=2 * workers,
                 max_bytes=_MAX_BYTES_IN_FLIGHT,
@@ -221,6 +286,7 @@ def _reencode(
             bar.update(1)
     if consolidate:
         dest.consolidate()
+    return sorted(changed)
 
 
 # -- command -------------------------------------------------------------------------------
@@ -232,33 +298,63 @@ def run(args: argparse.Namespace) -> int:
     dest = Location.parse(args.dest, args.storage_options)
     if source.same_as(dest):
         raise CommandError(f"{dest.name}: the archive to write is SRC itself")
+    if dest.name.rstrip("/").endswith(".zarr") or (dest.local is not None and os.path.isdir(dest.local)):
+        raise CommandError(
+            f"{dest.name}: pack writes .itar archives; to get a zarr folder, run "
+            f"'ncore-like extract {args.src} -C {args.dest}'"
+        )
     workers = args.workers or default_workers()
     consolidate = not args.no_consolidate
+    compression = _parse_compression(args.compression)
     with reporting(source.name, dest.name):
         kind = _source_kind(source)
         src = _source_store(source, kind)
         with src:
             if isinstance(src, IndexedTarZarrStore):
                 src_format = root_zarr_format(src.archive)
-                if args.zarr_format is None or args.zarr_format == src_format:
-                    with _writing(dest) as new:
-                        _copy_records(src, new, consolidate=consolidate, workers=workers, quiet=args.quiet)
-                    archive = new.archive
-                    _summary(args, dest, archive.keys(), archive.file_size, "copied")
-                    return 0
-                if src_format is None:
-                    raise CommandError(f"{source.name}: no zarr hierarchy to convert to zarr format {args.zarr_format}")
-                root = open_root(src, src.archive)
+                if src_format is None and (args.zarr_format is not None or compression != _KEEP):
+                    raise CommandError(f"{source.name}: no zarr hierarchy to re-encode")
+                root = open_root(src, src.archive) if src_format is not None else None
             else:
                 root = src.open_root_group(consolidated="auto")
-            zarr_format: ZarrFormat = args.zarr_format or root.zarr_format
+                src_format = root.zarr_format
+            zarr_format: ZarrFormat = args.zarr_format or src_format or 2
+            if (zarr_format == src_format and compression == _KEEP) or root is None:
+                # Records copied verbatim: every array keeps its codecs and bytes.
+                with _writing(dest) as new:
+                    _copy_records(src, new, consolidate=consolidate, workers=workers, quiet=args.quiet)
+                archive = new.archive
+                _summary(args, dest, archive.keys(), archive.file_size, "records copied, codecs kept")
+                return 0
             with _writing(dest) as new:
-                _reencode(
-                    root, new, zarr_format=zarr_format, consolidate=consolidate, workers=workers, quiet=args.quiet
-                )
+                changed = _reencode(
+                    root, new, zarr_format=zarr_format, consolidate=consolidate, workers=workers, quiet=args.quiet,
+                    compression=compression,
+                )  # fmt: skip
             archive = new.archive
-            _summary(args, dest, archive.keys(), archive.file_size, f"re-encoded, zarr format {zarr_format}")
+            how = f"re-encoded, zarr format {zarr_format}"
+            if compression != _KEEP:
+                how += f", compression {args.compression}"
+            _summary(args, dest, archive.keys(), archive.file_size, how)
+            if changed and not args.quiet:
+                shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+                print(
+                    f"note: {len(changed)} array(s) had codecs the typed API can't write and now use Blosc lz4: {shown}"
+                )
     return 0
+
+
+def _parse_compression(text: str) -> BloscCompression | str | None:
+    """``keep`` (each array's own), ``none``, or Blosc ``CNAME[:LEVEL]`` (e.g. ``zstd:3``)."""
+    if text == _KEEP:
+        return _KEEP
+    if text == "none":
+        return None
+    cname, _, level = text.partition(":")
+    try:
+        return BloscCompression(cname, int(level) if level else BloscCompression().clevel)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise CommandError(f"--compression {text!r}: {error} (keep, none, or CNAME[:LEVEL] such as zstd:3)") from error
 
 
 def _summary(args: argparse.Namespace, dest: Location, keys: list[str], size: int, how: str) -> None:

@@ -154,6 +154,14 @@ class Store(ABC):
 
     # -- record access (overridden by stores that reach their records more directly) -----
 
+    def record_keys(self) -> list[str]:
+        """Every record key of the store (node metadata, chunks, anything else)."""
+        return self._record_keys()
+
+    def read_record(self, key: str) -> bytes | None:
+        """The bytes of record ``key`` as stored, None if there is none."""
+        return self._read_record(key)
+
     def _read_record(self, key: str) -> bytes | None:
         buffer = run_zarr(self._zarr_store.get(key, default_buffer_prototype()))
         return None if buffer is None else buffer.to_bytes()
