@@ -200,6 +200,21 @@ def _plot_script() -> ModuleType:
     return module
 
 
+#: Characters of a code line that fit the content column of the site at 1280 px.
+CODE_COLUMNS = 88
+
+
+@pytest.mark.parametrize("page", sorted(path.name for path in DOCS.glob("*.md")))
+def test_code_blocks_fit_the_content_column(page: str) -> None:
+    long = [
+        f"{block.label} +{number}: {len(line)} characters"
+        for block in code_blocks(DOCS / page)
+        for number, line in enumerate(block.source.splitlines(), start=1)
+        if len(line) > CODE_COLUMNS
+    ]
+    assert not long, f"code lines wider than {CODE_COLUMNS} characters (cut off on the page): {long}"
+
+
 def test_performance_tables_match_the_benchmark_data() -> None:
     plot = _plot_script()
     page = DOCS / "performance.md"
