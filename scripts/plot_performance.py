@@ -75,9 +75,10 @@ def load_benchmarks(folder: Path) -> dict[str, Results]:
 
 def _cell(text: str) -> str:
     """Markdown table cell text: what would start markup is escaped (``|``, ``*``, backticks,
-    underscores at word boundaries, ``<`` before a letter), the rest left readable."""
+    brackets (``x[i][j]`` would read as a reference link), underscores at word boundaries,
+    ``<`` before a letter), the rest left readable."""
     text = " ".join(text.split())
-    text = re.sub(r"([\\`*|])", r"\\\1", text)
+    text = re.sub(r"([\\`*|\[\]])", r"\\\1", text)
     text = re.sub(r"(?<!\w)_|_(?!\w)", r"\\_", text)
     return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)
 

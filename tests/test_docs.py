@@ -200,6 +200,18 @@ def _plot_script() -> ModuleType:
     return module
 
 
+def test_the_reference_covers_every_public_name() -> None:
+    import ncore_like
+    import ncore_like.errors
+
+    page = (DOCS / "reference.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^::: ncore_like\.(\w+)", page, flags=re.MULTILINE))
+    if "errors" in documented:  # the module's page documents every error
+        documented |= set(ncore_like.errors.__all__)
+    missing = sorted(set(ncore_like.__all__) - documented)
+    assert not missing, f"docs/reference.md lacks {missing}"
+
+
 #: Characters of a code line that fit the content column of the site at 1280 px.
 CODE_COLUMNS = 88
 
