@@ -15,7 +15,10 @@ measured in the same process, with the repetitions of both sides interleaved. Wo
    peak requests in flight, side by side with the same ranges gathered by bare fsspec); (c) the
    same reads one at a time; (d) one random 1 MB record on the default buffered path
    (requests, bytes moved vs bytes wanted). Also (a) and (d) on S3 (moto behind a proxy
-   adding the same latency), where s3fs' read-ahead defaults must be overridden.
+   adding the same latency), where s3fs' read-ahead defaults must be overridden; and a
+   sequential scan on S3: 100 ~1 MB records in key order with ``scan_records`` vs one range
+   GET of the same bytes with bare s3fs (target: >= 0.8 x its throughput), and vs a read
+   per record (context).
 4. Time to first array read of a 200-array hierarchy (10,000 chunk records): open store +
    root group + read one array, ours (consolidated / not) vs zarr-python 3 on a ``ZipStore``
    and on a ``LocalStore`` of the same hierarchy (consolidated / not).
@@ -59,6 +62,7 @@ from upath import UPath
 
 from ncore_like import IndexedTarArchive, IndexedTarZarrStore, Record, clear_caches
 from ncore_like._defaults import TAIL_READ_SIZE
+from ncore_like.archive import scan_records
 from ncore_like.archive._format import BLOCK_SIZE, unpack_index_header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
@@ -530,6 +534,60 @@ def bench_s3(run: bench.Run[Config]) -> list[Row]:
     return rows
 
 
+def bench_scan(run: bench.Run[Config]) -> list[Row]:
+    """A sequential scan of an archive on S3 (moto behind a proxy adding the latency): its
+    records in key order with ``scan_records`` (spans of adjacent records, one request
+    each) against one range GET of the same bytes with bare s3fs, and against a read per
+    record (context)."""
+    servers = bench.import_servers()
+    try:
+        import s3fs
+    except ImportError:
+        return [Row("3 remote 20 ms", "S3 (moto) scan: skipped, s3fs is not installed", None, "", "", None)]
+    config = run.config
+    path, keys, records, _ = remote_archive(run, config.remote_records)
+    start, end = records[keys[0]].offset, sum(records[keys[-1]])
+    wanted = sum(records[key].size for key in keys)
+    with servers.start_moto() as moto, servers.start_proxy(moto.endpoint, latency=config.latency) as proxy:
+        direct = s3fs.S3FileSystem(**servers.s3_storage_options(moto.endpoint))
+        direct.call_s3("create_bucket", Bucket="scan")
+        direct.put_file(str(path), "scan/frames.itar")
+        s3 = UPath("s3://scan/frames.itar", **servers.s3_storage_options(proxy.endpoint))
+        archive = IndexedTarArchive(s3)
+        expected = [IndexedTarArchive(path)[keys[-1]]]
+        assert [payload for _, payload in scan_records(archive, keys)][-1:] == expected  # warm-up and check
+        samples: dict[str, list[float]] = {"scan": [], "range GET": [], "per record": []}
+        requests: dict[str, int] = {}
+        functions: dict[str, Callable[[], object]] = {
+            "scan": lambda: list(scan_records(archive, keys)),
+            "range GET": lambda: s3.fs.cat_file(s3.path, start=start, end=end),
+            "per record": lambda: [archive[key] for key in keys],
+        }
+        for round_ in range(max(2, config.remote_repeats)):
+            for name, function in functions.items():
+                if name == "per record" and round_:
+                    continue  # a request per record: once is enough to see it
+                proxy.clear_requests()
+                begin = time.perf_counter()
+                function()
+                samples[name].append(time.perf_counter() - begin)
+                requests[name] = len(proxy.requests())
+    times = {name: statistics.median(values) for name, values in samples.items()}
+    detail = ", ".join(
+        f"{name} {ms(seconds)} ({wanted / seconds / MB:.0f} MB/s, {requests[name]} requests)"
+        for name, seconds in times.items()
+    )
+    ratio = times["range GET"] / times["scan"]
+    what = f"S3 (moto): scan of {len(keys)} ~1 MB records in key order ({wanted / MB:.0f} MB)"
+    raw = {f"{name}_s": seconds for name, seconds in times.items()}
+    return [
+        Row("3 remote 20 ms", what, ratio, "throughput scan/one range GET", ">= 0.80x", ratio >= 0.8, raw, detail),
+        Row("3 remote 20 ms", "S3 (moto): the same records read one by one (context)",
+            times["range GET"] / times["per record"], "throughput per record/one range GET", "(contrast)", None,
+            raw, detail),
+    ]  # fmt: skip
+
+
 # -- workload 4: store opening ------------------------------------------------------------------
 
 
@@ -631,7 +689,10 @@ def bench_store(run: bench.Run[Config]) -> list[Row]:
     return rows
 
 
-WORKLOADS = {"reads": bench_reads, "open": bench_open, "remote": bench_remote, "s3": bench_s3, "store": bench_store}
+WORKLOADS = {
+    "reads": bench_reads, "open": bench_open, "remote": bench_remote, "s3": bench_s3, "scan": bench_scan,
+    "store": bench_store,
+}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

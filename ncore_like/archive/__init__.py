@@ -13,7 +13,7 @@ from ._format import is_node_metadata_key
 from ._location import Location
 
 if TYPE_CHECKING:
-    from ._bulk import map_records as map_records, read_records as read_records
+    from ._bulk import map_records as map_records, read_records as read_records, scan_records as scan_records
     from ._verify import (
         ArchiveReport as ArchiveReport,
         Problem as Problem,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    **dict.fromkeys(["map_records", "read_records"], "._bulk"),
+    **dict.fromkeys(["map_records", "read_records", "scan_records"], "._bulk"),
     **dict.fromkeys(
         [
             "ArchiveReport",
@@ -56,6 +56,7 @@ __all__ = [
     "is_node_metadata_key",
     "map_records",
     "read_records",
+    "scan_records",
     "scan_tar",
     "verify_archive",
 ]

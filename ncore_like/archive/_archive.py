@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
-from .._concurrency import run_in_worker
+from .._concurrency import io_loop, run_in_worker, sync
 from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
 from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, ReadOnlyError, RecordExistsError
@@ -555,6 +555,26 @@ class IndexedTarArchive:
             except ChecksumError:
                 buffer[:] = bytes(len(buffer))  # the damaged bytes never reach the caller
                 raise
+
+    def read_span(self, offset: int, size: int) -> bytes:
+        """Bytes ``[offset, offset + size)`` of the archive file: several adjacent records at
+        once, with the tar headers between them (see :func:`~ncore_like.archive.scan_records`),
+        in one ``pread`` locally or one exact range request remotely. Checksums are the
+        caller's to check (:meth:`check_payload`)."""
+        if self._writer is not None:
+            raise ValueError(f"{self._name}: spans are read from archives opened for reading")
+        if offset < 0 or size < 0 or offset + size > self._file_size:
+            raise ValueError(
+                f"{self._name}: span [{offset}, {offset + size}) lies outside the file of {self._file_size} bytes"
+            )
+        source = self._live_source()
+        if self._is_remote:  # an exact range request, also where records use the buffered file
+            return sync(source.read_async(offset, size), io_loop())
+        return source.read(offset, size)
+
+    def in_memory(self, key: str) -> bool:
+        """True for records read without I/O (the tail read, prefetched or empty records)."""
+        return not self._needs_io(key)
 
     def read_range(self, key: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a record's payload, clipped to the payload (for byte-range

@@ -12,16 +12,16 @@ Both are generators that own a thread pool: exhaust them or close them (e.g. wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from .._concurrency import default_workers, ordered_map
-from .._defaults import BULK_READ_AHEAD_BYTES
+from .._defaults import BULK_READ_AHEAD_BYTES, SCAN_GAP_BYTES, SCAN_SPAN_BYTES, SCAN_SPANS_AHEAD
 from ._archive import IndexedTarArchive
 
-__all__ = ["map_records", "read_records"]
+__all__ = ["map_records", "read_records", "scan_records"]
 
 R = TypeVar("R")
 
@@ -87,3 +87,99 @@ def read_records(
     ``threads`` threads with at most ``read_ahead_bytes`` read ahead (see
     :func:`map_records`)."""
     return map_records(archive, keys, archive.read, threads=threads, read_ahead_bytes=read_ahead_bytes)
+
+
+# -- sequential scans --------------------------------------------------------------------------
+
+
+class _Span(NamedTuple):
+    """Adjacent records read as one byte range of the file (their tar headers included)."""
+
+    start: int
+    end: int
+    members: list[tuple[str, int, int]]  # key, payload offset, payload size
+
+
+def _spans(archive: IndexedTarArchive, keys: Iterable[str], span_bytes: int) -> Iterator[_Span]:
+    """Consecutive keys whose payloads follow each other in the file (at most
+    :data:`SCAN_GAP_BYTES` apart) grouped into spans of at most ``span_bytes`` (a larger
+    record is a span of its own); records read without I/O are spans of their own."""
+    records = archive.records
+    current: _Span | None = None
+    for key in keys:
+        record = records[key]
+        start, end = record.offset, record.offset + record.size
+        if archive.in_memory(key):
+            if current is not None:
+                yield current
+                current = None
+            yield _Span(start, start, [(key, start, record.size)])  # read by key, no I/O
+            continue
+        if current is not None and 0 <= start - current.end <= SCAN_GAP_BYTES and end - current.start <= span_bytes:
+            current.members.append((key, start, record.size))
+            current = current._replace(end=end)
+            continue
+        if current is not None:
+            yield current
+        current = _Span(start, end, [(key, start, record.size)])
+    if current is not None:
+        yield current
+
+
+def _read_span(archive: IndexedTarArchive, span: _Span) -> list[tuple[str, bytes]]:
+    if span.start == span.end:  # records held in memory (and empty ones)
+        return [(key, archive.read(key)) for key, _, _ in span.members]
+    data = memoryview(archive.read_span(span.start, span.end - span.start))
+    payloads = []
+    for key, offset, size in span.members:
+        payload = bytes(data[offset - span.start : offset - span.start + size])
+        if archive.verify_checksums:
+            archive.check_payload(key, payload)
+        payloads.append((key, payload))
+    return payloads
+
+
+def scan_records(
+    archive: IndexedTarArchive,
+    keys: Iterable[str] | None = None,
+    *,
+    span_bytes: int = SCAN_SPAN_BYTES,
+    spans_ahead: int = SCAN_SPANS_AHEAD,
+) -> Generator[tuple[str, bytes], None, None]:
+    """Yields ``(key, payload)`` of every record (default: all, in file order) in the order
+    of ``keys``, reading them as a stream: records that follow each other in the file are
+    read together, as spans of up to ``span_bytes`` (one ``pread``, or one range request of
+    a remote archive), ``spans_ahead`` spans in flight ahead of the consumer. Scanning a
+    sequence in key order then costs a request per span, not per record. Checksums are
+    verified as the archive's reads do (:attr:`IndexedTarArchive.verify_checksums`).
+
+    Raises:
+        KeyError: For keys that are no records (when their turn comes).
+        ChecksumError: For a record that doesn't match its checksum (when its turn comes).
+    """
+    if span_bytes < 1 or spans_ahead < 1:
+        raise ValueError(f"span_bytes and spans_ahead must be positive, got {span_bytes} and {spans_ahead}")
+    if keys is None:
+        records = archive.records
+        keys = sorted(archive.keys(), key=lambda key: records[key].offset)
+    return _scanned(archive, keys, span_bytes, spans_ahead)
+
+
+def _scanned(
+    archive: IndexedTarArchive, keys: Iterable[str], span_bytes: int, spans_ahead: int
+) -> Generator[tuple[str, bytes], None, None]:
+    with (
+        ThreadPoolExecutor(spans_ahead, thread_name_prefix="ncore_like-scan") as pool,
+        closing(
+            ordered_map(
+                pool,
+                lambda span: _read_span(archive, span),
+                _spans(archive, keys, span_bytes),
+                max_items=spans_ahead,
+                max_bytes=spans_ahead * span_bytes,
+                size=lambda span: span.end - span.start,
+            )
+        ) as spans,
+    ):
+        for _, payloads in spans:
+            yield from payloads

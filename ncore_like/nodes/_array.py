@@ -22,7 +22,7 @@ from .._compat import (
     write_record,
 )
 from ..archive import IndexedTarArchive
-from ..backend import Backend
+from ..backend import Backend, bytes_like
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, ItarZarrStore, Store
 from ..store._metadata import ArrayView
@@ -350,6 +350,18 @@ class Array(Node[ZarrArray]):
     def _write_once(self) -> bool:
         """True if the array's records can't be rewritten (archives)."""
         return isinstance(self._record_store(), ItarZarrStore)
+
+    def _blob_record_key(self) -> str | None:
+        """The key of the record that is this blob (stored by :meth:`Group.create_bytes_array`:
+        one raw chunk) in an archive opened for reading, None for other arrays and stores."""
+        view = self._view
+        if not isinstance(view, ArrayView) or self.archive is None or view.unsupported is not None:
+            return None
+        if view.blosc is not None or not bytes_like(view.shape, view.dtype):
+            return None
+        if view.shape and (view.zarr_format == 2 or (view.chunks != view.shape and view.shape != (0,))):
+            return None  # format 2's 1-d uint8 arrays hold numbers; a blob is one chunk (an empty one none)
+        return view.chunk_key(tuple(0 for _ in view.shape))
 
     # -- writing records -----------------------------------------------------------------
 
