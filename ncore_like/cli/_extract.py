@@ -8,7 +8,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from ..archive import IndexedTarArchive, read_records
+from ..archive import IndexedTarArchive, scan_records
 from ..archive._format import validate_key
 from ..errors import InvalidKeyError
 from ..store import ItarZarrStore, is_consolidated_metadata_key
@@ -90,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
         files = targets(location.name, keys, args.directory)
         records = archive.records
         total = sum(records[key].size for key in keys)
-        # Records are read ahead of the one being written (remote ones concurrently).
+        # Records are read as a scan (adjacent ones together), ahead of the one being written.
         with (
             progress(total=total, desc="extract", quiet=args.quiet) as bar,
-            closing(read_records(archive, keys)) as reads,
+            closing(scan_records(archive, keys)) as reads,
         ):
             for key, data in reads:
                 target = files[key]

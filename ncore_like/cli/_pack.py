@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .._compat import fsspec_store, local_store
 from .._concurrency import default_workers, ordered_map
-from ..archive import read_records
+from ..archive import scan_records
 from ..archive._format import INDEX_MAGIC
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
@@ -163,7 +163,7 @@ def _copy_records(source: Store, dest: IndexedTarZarrStore, *, consolidate: bool
         archive = source.archive
         keys = [key for key in archive.keys() if not Store.is_consolidated_metadata_key(key)]
         total = sum(archive.records[key].size for key in keys)
-        reads: Iterator[tuple[str, bytes]] = read_records(archive, keys, threads=workers)
+        reads: Iterator[tuple[str, bytes]] = scan_records(archive, keys)  # adjacent records read together
     else:
         keys = sorted(key for key in source.record_keys() if not Store.is_consolidated_metadata_key(key))
         total = len(keys)
