@@ -90,3 +90,17 @@ def test_a_groups_blobs_come_as_a_scan(tmp_path: Path, zarr_format: int, monkeyp
     for name, blob in frames.items():
         front.create_bytes_array(name, blob) if blob or zarr_format == 3 else None
     assert list(front.blobs()) == [(name, blob) for name, blob in frames.items() if blob or zarr_format == 3]
+
+
+def test_bulk_reads_of_a_remote_archive_overlap_on_the_buffered_path(tmp_path: Path) -> None:
+    from ncore_like.archive import read_records
+    from tests.support.servers import max_in_flight, start_http
+
+    payloads = write(tmp_path / "seq.itar", 24)
+    with start_http(tmp_path, latency=0.05) as server:
+        archive = IndexedTarArchive(f"{server.endpoint}/seq.itar")  # the default, buffered path
+        assert not archive.remote_range_reads
+        server.clear_requests()
+        assert list(read_records(archive, list(payloads), threads=4)) == list(payloads.items())
+        # The threads' requests overlap: the buffered file object would take them one by one.
+        assert max_in_flight(server.requests()) >= 2

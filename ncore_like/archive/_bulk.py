@@ -86,7 +86,26 @@ def read_records(
     """Yields ``(key, payload)`` for every key, in the order of ``keys``, read on
     ``threads`` threads with at most ``read_ahead_bytes`` read ahead (see
     :func:`map_records`)."""
-    return map_records(archive, keys, archive.read, threads=threads, read_ahead_bytes=read_ahead_bytes)
+    return map_records(archive, keys, _concurrent_reader(archive), threads=threads, read_ahead_bytes=read_ahead_bytes)
+
+
+def _concurrent_reader(archive: IndexedTarArchive) -> Callable[[str], bytes]:
+    """``archive.read``, but for remote archives on the buffered path, whose one file object
+    serialises the reads of all threads: those records are read with exact range requests,
+    so that the threads' requests overlap."""
+    if not archive.is_remote or archive.remote_range_reads:
+        return archive.read
+
+    def read(key: str) -> bytes:
+        if archive.in_memory(key):
+            return archive.read(key)
+        record = archive.records[key]
+        data = archive.read_span(record.offset, record.size)
+        if archive.verify_checksums:
+            archive.check_payload(key, data)
+        return data
+
+    return read
 
 
 # -- sequential scans --------------------------------------------------------------------------
