@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..nodes import Array
-from ._common import CommandError, Location, close_matches, open_store, reporting
+from ._common import CommandError, archive_store, close_matches
 from ._hierarchy import has_hierarchy, is_blob, open_root
 
 __all__ = ["register", "run"]
@@ -33,20 +33,17 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Writes the payload of the record or array."""
-    location = Location.parse(args.archive, args.storage_options)
     key = args.key
-    with reporting(location.name):
-        store = open_store(location)
-        with store:
-            archive = store.archive
-            if key in archive:
-                data = archive[key]
-            else:
-                array = _array(store, key.strip("/")) if has_hierarchy(archive) else None
-                if array is None:
-                    nearby = close_matches(key, archive.keys())
-                    raise CommandError(f"{location.name}: no record or array {key!r}{nearby}")
-                data = _payload(array, location.name)
+    with archive_store(args) as store:
+        archive = store.archive
+        if key in archive:
+            data = archive[key]
+        else:
+            array = _array(store, key.strip("/")) if has_hierarchy(archive) else None
+            if array is None:
+                nearby = close_matches(key, archive.keys())
+                raise CommandError(f"{store.name}: no record or array {key!r}{nearby}")
+            data = _payload(array, store.name)
     out = sys.stdout.buffer
     out.write(data)
     out.flush()

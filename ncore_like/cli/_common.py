@@ -29,6 +29,7 @@ __all__ = [
     "Progress",
     "add_json_option",
     "add_quiet_option",
+    "archive_store",
     "close_matches",
     "describe_error",
     "format_bytes",
@@ -194,6 +195,17 @@ def select_keys(keys: Sequence[str], patterns: Sequence[str], name: str) -> list
     if unmatched:
         raise CommandError(f"{name}: no record matches {'; '.join(unmatched)}")
     return [key for key in keys if key in chosen]
+
+
+@contextlib.contextmanager
+def archive_store(args: argparse.Namespace, *, range_reads: bool = False) -> Iterator[IndexedTarZarrStore]:
+    """The command's ``ARCHIVE`` opened for reading as a store, with its errors reported as
+    one line naming it (see :func:`reporting`); closed at the end."""
+    location = Location.parse(args.archive, args.storage_options)
+    with reporting(location.name):
+        store = open_store(location, range_reads=range_reads)
+        with store:
+            yield store
 
 
 def open_store(location: Location, *, range_reads: bool = False) -> IndexedTarZarrStore:

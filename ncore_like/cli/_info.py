@@ -8,7 +8,7 @@ from typing import Any
 from ..archive._format import INDEX_TYPE_CBOR_XZ
 from ..nodes import Group
 from ..store import IndexedTarZarrStore
-from ._common import Location, add_json_option, format_bytes, open_store, print_json, reporting
+from ._common import add_json_option, archive_store, format_bytes, print_json
 from ._hierarchy import consolidated_keys, is_blob, open_root, root_zarr_format, walk
 
 __all__ = ["FORMAT", "archive_info", "register", "run"]
@@ -92,11 +92,8 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the facts."""
-    location = Location.parse(args.archive, args.storage_options)
-    with reporting(location.name):
-        store = open_store(location)
-        with store:
-            info = archive_info(store)
+    with archive_store(args) as store:
+        info = archive_info(store)
     if args.json:
         print_json(info)
     else:

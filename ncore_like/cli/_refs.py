@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import Location, open_store, reporting
+from ._common import archive_store, reporting
 
 __all__ = ["register", "run"]
 
@@ -35,11 +35,8 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prints (or writes) the reference set."""
-    location = Location.parse(args.archive, args.storage_options)
-    with reporting(location.name):
-        store = open_store(location)
-        with store:
-            references = store.to_references(args.url)
+    with archive_store(args) as store:
+        references = store.to_references(args.url)
     text = json.dumps(references, indent=1) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -14,13 +14,11 @@ from .._compat import chunk_key, run_zarr
 from ..nodes import Array, Group
 from ..store import IndexedTarZarrStore
 from ._common import (
-    Location,
     add_json_option,
+    archive_store,
     format_bytes,
     format_json_value,
-    open_store,
     print_json,
-    reporting,
 )
 from ._hierarchy import blob_size, compression_label, is_blob, open_root
 
@@ -266,17 +264,14 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the hierarchy."""
-    location = Location.parse(args.archive, args.storage_options)
-    with reporting(location.name):
-        store = open_store(location)
-        with store:
-            root = open_root(store, store.archive)
-            if args.json:
-                print_json(tree_document(root, attributes=args.attributes))
-            else:
-                limit = DEFAULT_LIMIT if args.limit is None else args.limit or None
-                lines = render_tree(root, attributes=args.attributes, max_members=limit, max_depth=args.depth)
-                print("\n".join(lines))
+    with archive_store(args) as store:
+        root = open_root(store, store.archive)
+        if args.json:
+            print_json(tree_document(root, attributes=args.attributes))
+        else:
+            limit = DEFAULT_LIMIT if args.limit is None else args.limit or None
+            lines = render_tree(root, attributes=args.attributes, max_members=limit, max_depth=args.depth)
+            print("\n".join(lines))
     return 0
 
 
