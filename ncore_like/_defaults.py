@@ -13,6 +13,10 @@ __all__ = [
     "INLINE_BYTES",
     "MAX_BYTES_IN_FLIGHT",
     "NODE_CACHE_SIZE",
+    "RETRY_ATTEMPTS",
+    "RETRY_BASE_DELAY",
+    "RETRY_DEADLINE",
+    "RETRY_MAX_DELAY",
     "SCAN_GAP_BYTES",
     "SCAN_SPANS_AHEAD",
     "SCAN_SPAN_BYTES",
@@ -28,6 +32,16 @@ TAIL_READ_SIZE = 1 << 20
 #: worker pool costs ~150 us, which a 2-core machine wins back from ~2 MB of Blosc records
 #: on (1.3x slower at 0.8 MB, 1.2x faster at 3 MB; scripts/bench_inline_threshold.py).
 INLINE_BYTES = 1536 * 1024
+
+#: Remote reads that meet a transient failure (a dropped connection, a body cut short, HTTP
+#: 429 or 5xx) are tried this many times in all, waiting 0.1, 0.2, 0.4... s (with jitter, at
+#: most 2 s) in between, and never beyond the deadline: a flaky network costs a moment, a
+#: failed service an error within half a minute, not a hang. (s3fs retries S3's own errors
+#: before these.)
+RETRY_ATTEMPTS = 5
+RETRY_BASE_DELAY = 0.1
+RETRY_MAX_DELAY = 2.0
+RETRY_DEADLINE = 30.0
 
 #: Sequential scans (``scan_records``) read adjacent records as spans of this many bytes.
 #: Measured on S3 (moto behind a proxy adding 20 ms per request), the first 100 ~0.8 MB

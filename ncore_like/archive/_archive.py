@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 from .._concurrency import io_loop, run_in_worker, sync
 from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
 from .._lru import LRUCache, process_cache
-from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, ReadOnlyError, RecordExistsError
+from ..errors import (
+    ArchiveClosedError,
+    ArchiveFormatError,
+    ChecksumError,
+    ReadOnlyError,
+    RecordExistsError,
+    RemoteStorageError,
+)
 from ._checksum import checksum
 from ._format import (
     BLOCK_SIZE,
@@ -90,6 +97,11 @@ def _clipped(start: int, stop: int, size: int) -> tuple[int, int]:
     """``[start, stop)`` clipped to a payload of ``size`` bytes (negative bounds count as 0,
     not from the end: byte ranges, not Python slices)."""
     return max(0, min(start, size)), max(0, min(stop, size))
+
+
+def _naming(error: RemoteStorageError, key: str) -> RemoteStorageError:
+    """``error`` of a remote read, naming the record read."""
+    return RemoteStorageError(f"record {key!r}: {error.detail}", archive=error.archive, key=key)
 
 
 def _open_source(location: Location, range_reads: bool) -> RecordSource:
@@ -528,7 +540,10 @@ class IndexedTarArchive:
                 source = self._source
                 if source is None or self._closed:
                     source = self._live_source()
-                data = source.read(offset, size)
+                try:
+                    data = source.read(offset, size)
+                except RemoteStorageError as error:
+                    raise _naming(error, key) from error
         if self._verify:
             self.check_payload(key, data)
         return data
@@ -600,7 +615,10 @@ class IndexedTarArchive:
         offset, size = self._locate(key)
         data = self._from_memory(key, offset, 0, size)
         if data is None:
-            data = await self._live_source().read_async(offset, size)
+            try:
+                data = await self._live_source().read_async(offset, size)
+            except RemoteStorageError as error:
+                raise _naming(error, key) from error
         if self._verify:
             self.check_payload(key, data)
         return data

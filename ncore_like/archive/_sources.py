@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import stat
 import threading
-from typing import Any, Protocol
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from .._concurrency import await_on_loop, fsspec_loop, run_in_worker, sync
+from .._defaults import RETRY_ATTEMPTS, RETRY_BASE_DELAY, RETRY_DEADLINE, RETRY_MAX_DELAY
 from ..errors import ArchiveFormatError, MissingDependencyError, NcoreLikeError, RemoteStorageError
 from ._location import Location
 
-__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "LocalSource", "RecordSource", "remote_failure"]
+__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "LocalSource", "RecordSource", "is_transient", "remote_failure"]
+
+T = TypeVar("T")
 
 #: Block size of the buffered file object of remote archives, unless the storage options
 #: choose one: a random 1 MB record then moves ~1.1 MB in one request, while nearby small
@@ -211,7 +217,7 @@ class FsspecSource:
         fs = self._filesystem()
         try:
             # A suffix request needs no HEAD (the size is unknown until the header is decoded).
-            data = bytes(fs.cat_file(self._path, start=-size))
+            data = _retrying(lambda: bytes(fs.cat_file(self._path, start=-size)), self._name, "the tail")
         except Exception as error:
             failure: BaseException = self._not_a_file(error)
             if failure is error:
@@ -225,8 +231,12 @@ class FsspecSource:
         fs = self._filesystem()
         if not self.is_remote:
             return await run_in_worker(self.read_tail, size)
+
+        async def once() -> bytes:
+            return bytes(await await_on_loop(fs._cat_file(self._path, start=-size), fsspec_loop(fs)))
+
         try:
-            data = bytes(await await_on_loop(fs._cat_file(self._path, start=-size), fsspec_loop(fs)))
+            data = await _retrying_async(once, self._name, "the tail")
         except Exception as error:
             failure: BaseException = await run_in_worker(self._not_a_file, error)
             if failure is error:
@@ -249,6 +259,9 @@ class FsspecSource:
                     f"{offset} (does the server honour Range requests?)",
                     archive=self._name,
                 )
+            if self._file_size is not None and offset + size <= self._file_size:
+                # The file holds these bytes: the body was cut short on the way (retried).
+                raise _ShortBody(f"{len(data)} of {size} bytes at offset {offset} arrived")
             raise _truncated(self._name, offset, size, len(data))
         return data
 
@@ -270,6 +283,9 @@ class FsspecSource:
         return file
 
     def read(self, offset: int, size: int) -> bytes:
+        return _retrying(lambda: self._read_once(offset, size), self._name, f"bytes [{offset}, {offset + size})")
+
+    def _read_once(self, offset: int, size: int) -> bytes:
         fs = self._filesystem()
         if self._range_reads:
             if self.is_remote:
@@ -288,8 +304,12 @@ class FsspecSource:
         fs = self._filesystem()
         if not self.is_remote:
             return await run_in_worker(self.read, offset, size)
-        data = await await_on_loop(fs._cat_file(self._path, start=offset, end=offset + size), fsspec_loop(fs))
-        return self._checked(bytes(data), offset, size)
+
+        async def once() -> bytes:
+            data = await await_on_loop(fs._cat_file(self._path, start=offset, end=offset + size), fsspec_loop(fs))
+            return self._checked(bytes(data), offset, size)
+
+        return await _retrying_async(once, self._name, f"bytes [{offset}, {offset + size})")
 
     def read_into(self, offset: int, buffer: memoryview) -> None:
         buffer[:] = self.read(offset, len(buffer))
@@ -366,3 +386,83 @@ def remote_failure(error: BaseException, name: str) -> BaseException:
             archive=name,
         )
     return error
+
+
+# -- retries ------------------------------------------------------------------------------------
+
+
+class _ShortBody(OSError):
+    """A response body shorter than the bytes asked for, of a range the file holds."""
+
+
+# Failures worth another attempt, by class name anywhere in the error's hierarchy (HTTP
+# libraries' own classes are not imported to name them): dropped or reset connections,
+# bodies cut short, timeouts.
+_TRANSIENT = frozenset(
+    {"_ShortBody", "ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ConnectionResetError",
+     "ConnectionAbortedError", "BrokenPipeError", "IncompleteRead", "ReadTimeoutError", "ServerTimeoutError",
+     "TimeoutError", "ResponseStreamingError"}
+)  # fmt: skip
+_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for failures of remote storage that another attempt may not meet: a dropped or
+    reset connection, a body cut short, a timeout, HTTP 429 or 5xx. Missing objects (404),
+    denied access (403) and bad requests are permanent."""
+    if isinstance(error, FileNotFoundError | PermissionError | NcoreLikeError):
+        return False
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        return status in _TRANSIENT_STATUS
+    return bool({cls.__name__ for cls in type(error).__mro__} & _TRANSIENT)
+
+
+def _delay(attempt: int) -> float:
+    """Seconds before attempt ``attempt + 1``: exponential backoff with jitter (so that many
+    clients failing together don't retry together)."""
+    return float(min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
+
+
+def _gave_up(error: BaseException, name: str, what: str, attempts: int) -> RemoteStorageError:
+    detail = str(error).split("\n", 1)[0] or type(error).__name__
+    return RemoteStorageError(f"reading {what} failed {attempts} times, the last with: {detail}", archive=name)
+
+
+def _retrying(call: Callable[[], T], name: str, what: str) -> T:
+    """``call()``, again after transient failures (:func:`is_transient`): at most
+    :data:`RETRY_ATTEMPTS` attempts within :data:`RETRY_DEADLINE` seconds, then a
+    :class:`~ncore_like.errors.RemoteStorageError` naming the attempts. Other failures raise
+    at once."""
+    deadline = time.monotonic() + RETRY_DEADLINE
+    attempt = 1
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            delay = _delay(attempt)
+            if attempt >= RETRY_ATTEMPTS or time.monotonic() + delay > deadline:
+                raise _gave_up(error, name, what, attempt) from error
+        time.sleep(delay)
+        attempt += 1
+
+
+async def _retrying_async(call: Callable[[], Awaitable[T]], name: str, what: str) -> T:
+    """:func:`_retrying` of a coroutine function, sleeping without blocking the loop."""
+    import asyncio
+
+    deadline = time.monotonic() + RETRY_DEADLINE
+    attempt = 1
+    while True:
+        try:
+            return await call()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            delay = _delay(attempt)
+            if attempt >= RETRY_ATTEMPTS or time.monotonic() + delay > deadline:
+                raise _gave_up(error, name, what, attempt) from error
+        await asyncio.sleep(delay)
+        attempt += 1

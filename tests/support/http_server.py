@@ -32,6 +32,7 @@ import html
 import os
 import re
 import tempfile
+import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from email.utils import formatdate
@@ -47,6 +48,10 @@ _RANGE_RE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
 
 ROOT_KEY = web.AppKey("root", Path)
 LATENCY_KEY = web.AppKey("latency", float)
+#: Faults by the number of the ``GET`` they hit (1-based): ``503``, ``429``, ``reset`` (the
+#: connection closed before any response) or ``cut`` (headers and half the body, then closed).
+FAULTS_KEY = web.AppKey("faults", dict)
+GETS_KEY = web.AppKey("gets", list)
 LOG_KEY = web.AppKey("log", RequestLog)
 
 
@@ -194,7 +199,42 @@ async def _get(request: web.Request, target: Path, record: dict[str, Any]) -> we
         status = 206
         headers["Content-Range"] = f"bytes {first}-{last}/{size}"
     headers["Content-Length"] = str(length)
+    fault = _next_fault(request) if request.method == "GET" else None
+    if fault is not None:
+        return await _faulty(request, target, record, fault, headers, status, first, length)
     return await respond(request, log, record, status=status, headers=headers, body=_read_file(target, first, length))
+
+
+def _next_fault(request: web.Request) -> str | None:
+    gets = request.app[GETS_KEY]
+    gets.append(1)
+    fault: str | None = request.app[FAULTS_KEY].get(len(gets))
+    return fault
+
+
+async def _faulty(
+    request: web.Request, target: Path, record: dict[str, Any], fault: str, headers: dict[str, str], status: int,
+    first: int, length: int,
+) -> web.StreamResponse:  # fmt: skip
+    """Fails a ``GET`` on purpose (see :data:`FAULTS_KEY`); the log record's status says how."""
+    log = request.app[LOG_KEY]
+    if fault in ("503", "429"):
+        return await respond(request, log, record, status=int(fault), headers={"Content-Length": "0"})
+    record["status"] = fault
+    record["end"] = time.time()
+    log.write(record)
+    transport = request.transport
+    if fault == "reset":
+        if transport is not None:
+            transport.abort()
+        raise ConnectionResetError("reset on purpose")
+    response = web.StreamResponse(status=status, headers=headers)
+    await response.prepare(request)
+    half = b"".join([chunk async for chunk in _read_file(target, first, length)])[: length // 2]
+    await response.write(half)
+    if transport is not None:
+        transport.abort()  # the rest of the body never comes
+    return response
 
 
 async def _put(request: web.Request, target: Path, record: dict[str, Any]) -> web.StreamResponse:
@@ -277,7 +317,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     )
 
 
-def make_app(root: Path, latency: float = 0.0, log: Path | None = None) -> web.Application:
+def make_app(
+    root: Path, latency: float = 0.0, log: Path | None = None, faults: dict[int, str] | None = None
+) -> web.Application:
     """Build the application.
 
     Args:
@@ -291,6 +333,8 @@ def make_app(root: Path, latency: float = 0.0, log: Path | None = None) -> web.A
     app = web.Application(client_max_size=1 << 40)
     app[ROOT_KEY] = root.resolve()
     app[LATENCY_KEY] = float(latency)
+    app[FAULTS_KEY] = dict(faults or {})
+    app[GETS_KEY] = []
     app[LOG_KEY] = RequestLog(log)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
@@ -304,10 +348,14 @@ def main(argv: list[str] | None = None) -> None:
     """
     parser: argparse.ArgumentParser = base_arg_parser(__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--dir", type=Path, required=True, help="directory to serve")
+    parser.add_argument(
+        "--faults", default="", help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 429, reset, cut)"
+    )
     args = parser.parse_args(argv)
+    faults = {int(number): kind for number, _, kind in (item.partition("=") for item in args.faults.split(",") if item)}
     if not args.dir.is_dir():
         parser.error(f"not a directory: {args.dir}")
-    run(make_app(args.dir, args.latency, args.log), args)
+    run(make_app(args.dir, args.latency, args.log, faults), args)
 
 
 if __name__ == "__main__":

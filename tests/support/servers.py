@@ -432,6 +432,7 @@ def start_http(
     *,
     log: Path | None = None,
     timeout: float = DEFAULT_START_TIMEOUT,
+    faults: dict[int, str] | None = None,
 ) -> ServerProcess:
     """Start a static-file HTTP server (``GET``/``HEAD`` with ``Range``, ``PUT``, ``DELETE``).
 
@@ -444,6 +445,8 @@ def start_http(
         latency: Seconds each request sleeps before being handled.
         log: Request log file (default: a temporary file removed on stop).
         timeout: Startup timeout in seconds.
+        faults: GETs (by number, from 1) to fail on purpose: ``"503"``, ``"429"``,
+            ``"reset"`` or ``"cut"`` (see :mod:`tests.support.http_server`).
 
     Returns:
         The running server, with a request log.
@@ -458,7 +461,14 @@ def start_http(
     return _start_aiohttp_server(
         "http",
         "tests.support.http_server",
-        ["--dir", str(directory), "--latency", repr(float(latency))],
+        [
+            "--dir",
+            str(directory),
+            "--latency",
+            repr(float(latency)),
+            "--faults",
+            ",".join(f"{number}={kind}" for number, kind in (faults or {}).items()),
+        ],
         log=log,
         timeout=timeout,
     )

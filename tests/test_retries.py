@@ -1,0 +1,72 @@
+"""Remote reads survive a flaky network: transient failures (HTTP 503 and 429, a reset
+connection, a body cut short) are retried with backoff, permanent ones (404) are not, and
+the error after the last attempt names the archive, the record and the attempts. A short
+read is never handed out. The faults come from the test HTTP server, by request number."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from ncore_like import IndexedTarArchive
+from ncore_like.errors import RemoteStorageError
+from tests.support.servers import start_http
+
+
+def write(directory: Path) -> dict[str, bytes]:
+    payloads = {f"frames/{index:03d}": bytes([index]) * (200_000 + index) for index in range(6)}
+    with IndexedTarArchive(directory / "seq.itar", "w") as archive:
+        for key, payload in payloads.items():
+            archive[key] = payload
+    return payloads
+
+
+@pytest.mark.parametrize("range_reads", [True, False])
+def test_transient_failures_are_retried_and_records_arrive_whole(tmp_path: Path, range_reads: bool) -> None:
+    payloads = write(tmp_path)
+    # GET 1 opens the archive (the tail); then every kind of fault once, among the reads.
+    faults = {2: "503", 3: "cut", 5: "reset", 7: "429", 9: "cut"}
+    with start_http(tmp_path, faults=faults) as server:
+        archive = IndexedTarArchive(
+            f"{server.endpoint}/seq.itar", index_tail_read_size=600, remote_range_reads=range_reads
+        )
+        assert {key: archive[key] for key in payloads} == payloads  # whole records, never short ones
+        statuses = {str(record["status"]) for record in server.requests()}
+        assert {"503", "cut", "reset", "429"} <= statuses
+
+
+def test_async_reads_are_retried_too(tmp_path: Path) -> None:
+    payloads = write(tmp_path)
+    with start_http(tmp_path, faults={2: "cut", 3: "503", 4: "reset"}) as server:
+        archive = IndexedTarArchive(f"{server.endpoint}/seq.itar", index_tail_read_size=600)
+
+        async def read_all() -> list[bytes]:
+            return list(await asyncio.gather(*(archive.read_async(key) for key in payloads)))
+
+        assert asyncio.run(read_all()) == list(payloads.values())
+
+
+def test_a_failure_that_persists_names_archive_record_and_attempts(tmp_path: Path) -> None:
+    write(tmp_path)
+    every_read_fails = {number: "503" for number in range(3, 40)}  # GETs 1-2 open the archive
+    with start_http(tmp_path, faults=every_read_fails) as server:
+        url = f"{server.endpoint}/seq.itar"
+        archive = IndexedTarArchive(url, index_tail_read_size=600, remote_range_reads=True)
+        with pytest.raises(RemoteStorageError, match=r"record 'frames/002'.*failed 5 times") as raised:
+            archive["frames/002"]
+        assert raised.value.key == "frames/002" and raised.value.archive == url
+        assert sum(1 for record in server.requests() if str(record["status"]) == "503") == 5
+
+
+def test_permanent_failures_are_not_retried(tmp_path: Path) -> None:
+    write(tmp_path)
+    with start_http(tmp_path) as server:
+        url = f"{server.endpoint}/seq.itar"
+        archive = IndexedTarArchive(url, index_tail_read_size=600, remote_range_reads=True)
+        (tmp_path / "seq.itar").unlink()  # gone: 404 from now on
+        server.clear_requests()
+        with pytest.raises(FileNotFoundError):
+            archive["frames/001"]
+        assert len(server.requests()) == 1
