@@ -215,6 +215,23 @@ class Array(Node[ZarrArray]):
             return values.astype(dtype)
         return values.copy() if copy and not values.flags.writeable else values
 
+    def to_dask(self, chunks: Any = None) -> Any:
+        """The array as a dask array (``dask[array]`` installed): each task reads its block
+        through the array's fast backend, in whichever process or cluster worker runs it
+        (the array pickles by location and index: workers open the archive themselves, with
+        no I/O until they read). ``chunks``: dask's chunks (default: the array's own, one
+        task per stored chunk)."""
+        import dask.array as da
+
+        return da.from_array(  # type: ignore[no-untyped-call]
+            self,
+            chunks=self.chunks if chunks is None else chunks,
+            lock=False,  # reads of an archive need no lock
+            asarray=False,  # the blocks are numpy arrays already
+            meta=np.empty((0,) * self.ndim, dtype=self.dtype),
+            name=f"ncore-like-{self._where_store()}-{self.path}",
+        )
+
     @property
     def compression(self) -> BloscCompression | None:
         """The Blosc compression of the chunks (None if uncompressed; ValueError for other
