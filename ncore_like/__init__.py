@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
         NodeCache as NodeCache,
     )
     from .store import (
+        ArchiveCollection as ArchiveCollection,
         IndexedTarZarrStore as IndexedTarZarrStore,
         RecoveryReport as RecoveryReport,
         Store as Store,
@@ -81,7 +82,9 @@ _EXPORTS: dict[str, str] = {
         ".errors",
     ),
     **dict.fromkeys(["Array", "BloscCompression", "EncodedArray", "Group", "NodeCache"], ".nodes"),
-    **dict.fromkeys(["IndexedTarZarrStore", "RecoveryReport", "Store", "ZarrStoreAdapter", "recover"], ".store"),
+    **dict.fromkeys(
+        ["ArchiveCollection", "IndexedTarZarrStore", "RecoveryReport", "Store", "ZarrStoreAdapter", "recover"], ".store"
+    ),
 }
 
 _SUBPACKAGES = frozenset(["archive", "backend", "cli", "errors", "nodes", "store"])

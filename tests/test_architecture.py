@@ -22,6 +22,7 @@ from tests.support.architecture import (
 #: root-group methods are typed as returning the typed layer's Group.
 ANNOTATION_ONLY = {
     ("ncore_like.store._base", "ncore_like.nodes"),
+    ("ncore_like.store._collection", "ncore_like.nodes"),
     ("ncore_like.store._base", "ncore_like.backend"),
 }
 

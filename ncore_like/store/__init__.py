@@ -8,6 +8,7 @@ from .._lazy import lazy_exports
 from ..errors import ConsolidatedMetadataError
 from ._adapter import ZarrStoreAdapter
 from ._base import Store
+from ._collection import ArchiveCollection
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
 from ._itar_store import IndexedTarZarrStore
 from ._zarr_store import ItarZarrStore
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONSOLIDATED_KEY_V2",
     "CONSOLIDATED_KEY_V3",
+    "ArchiveCollection",
     "ConsolidatedMetadataError",
     "IndexedTarZarrStore",
     "ItarZarrStore",

@@ -1,0 +1,171 @@
+"""``ArchiveCollection``: many archives (local or remote; by list or glob) addressed by
+number, for training jobs that sample records across thousands of sequences from
+DataLoader workers.
+
+It pickles as its list of locations (a few bytes per archive), opens an archive only when
+one of its records is read, in whichever process reads it, and keeps at most ``max_open``
+archives open (the least recently used is closed): a worker holds what it reads, not the
+fleet.
+"""
+
+from __future__ import annotations
+
+import glob as globbing
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..archive import IndexedTarArchive, Location
+from ._itar_store import IndexedTarZarrStore
+
+if TYPE_CHECKING:
+    from upath import UPath
+
+    from ..nodes import Group
+
+__all__ = ["ArchiveCollection"]
+
+#: Archives a collection keeps open by default (each holds its index and a file descriptor
+#: or a filesystem client).
+DEFAULT_MAX_OPEN = 64
+
+
+class ArchiveCollection(Sequence[IndexedTarZarrStore]):
+    """Archives by number: ``collection[i]`` is the ``i``-th archive as a store (opened for
+    reading on first use), ``collection.read(i, key)`` one of its records,
+    ``collection.read_array(i, path, index)`` a selection of one of its arrays.
+
+    Args:
+        locations: Paths or URLs of the archives, or one glob pattern (``"/data/*.itar"``,
+            ``"s3://fleet/2026-*/*.itar"``), expanded once, sorted.
+        storage_options: Options of the URLs' filesystem (as fsspec takes them).
+        max_open: Archives kept open at once per process (least recently used closed).
+    """
+
+    def __init__(
+        self,
+        locations: str | PurePath | Iterable[str | PurePath],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        max_open: int = DEFAULT_MAX_OPEN,
+    ) -> None:
+        if max_open < 1:
+            raise ValueError(f"max_open must be positive, got {max_open}")
+        options = dict(storage_options or {})
+        if isinstance(locations, str | PurePath):
+            locations = _expand(str(locations), options)
+        self._locations: list[str] = [str(location) for location in locations]
+        self._options = options
+        self._max_open = max_open
+        self._init_open()
+
+    def _init_open(self) -> None:
+        self._open: OrderedDict[int, IndexedTarZarrStore] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    # -- pickling: the locations only; each process opens what it reads ---------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"locations": self._locations, "options": self._options, "max_open": self._max_open}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._locations, self._options, self._max_open = state["locations"], state["options"], state["max_open"]
+        self._init_open()
+
+    # -- the archives ---------------------------------------------------------------------
+
+    @property
+    def locations(self) -> list[str]:
+        """The archives' paths and URLs, by number."""
+        return list(self._locations)
+
+    def __len__(self) -> int:
+        return len(self._locations)
+
+    def __getitem__(self, number: int) -> IndexedTarZarrStore:  # type: ignore[override]
+        """The archive ``number`` as a store opened for reading (opened on first use)."""
+        if not isinstance(number, int | np.integer):
+            raise TypeError(f"archives are addressed by number, got {type(number).__name__}")
+        index = int(number)
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"archive {index} of a collection of {len(self)}")
+        index %= len(self)
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's open archives are not ours
+                self._open, self._pid = OrderedDict(), os.getpid()
+            store = self._open.get(index)
+            if store is not None:
+                self._open.move_to_end(index)
+                return store
+        opened = IndexedTarZarrStore(self._location(index))  # outside the lock: it may take a request
+        with self._lock:
+            store = self._open.setdefault(index, opened)  # another thread may have been first
+            self._open.move_to_end(index)
+            while len(self._open) > self._max_open:
+                _, oldest = self._open.popitem(last=False)
+                oldest.close()
+        if store is not opened:
+            opened.close()
+        return store
+
+    def _location(self, index: int) -> str | UPath:
+        location = self._locations[index]
+        if self._options and Location(location).local is None:
+            from upath import UPath
+
+            remote: UPath = UPath(location, **self._options)
+            return remote
+        return location
+
+    @property
+    def open_count(self) -> int:
+        """Archives open in this process now."""
+        return len(self._open)
+
+    def archive(self, number: int) -> IndexedTarArchive:
+        """The records of archive ``number``."""
+        return self[number].archive
+
+    def root(self, number: int) -> Group:
+        """The root group of archive ``number`` (from its consolidated metadata)."""
+        return self[number].open_root_group()
+
+    def read(self, number: int, key: str) -> bytes:
+        """Record ``key`` of archive ``number``."""
+        return self[number].archive.read(key)
+
+    def read_array(self, number: int, path: str, selection: Any = Ellipsis) -> np.ndarray[Any, Any]:
+        """``selection`` of the array at ``path`` of archive ``number`` (through the fast backend)."""
+        return self.root(number).array(path).read(selection)
+
+    def close(self) -> None:
+        """Closes the archives open in this process."""
+        with self._lock:
+            open_now, self._open = list(self._open.values()), OrderedDict()
+        for store in open_now:
+            store.close()
+
+    def __repr__(self) -> str:
+        return f"<ArchiveCollection of {len(self)} archives, {self.open_count} open>"
+
+
+def _expand(pattern: str, options: dict[str, Any]) -> list[str]:
+    """The archives a glob pattern names, sorted; ValueError if none."""
+    found: list[str]
+    location = Location(pattern, options or None) if "://" in pattern else None
+    if location is None:
+        found = sorted(globbing.glob(pattern))
+    elif location.local is not None:
+        found = sorted(globbing.glob(location.local))
+    else:
+        upath = location.upath
+        found = sorted(f"{upath.protocol}://{path}" for path in upath.fs.glob(upath.path))
+    if not found:
+        raise ValueError(f"{pattern}: no archive matches")
+    return found
