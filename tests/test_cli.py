@@ -862,3 +862,39 @@ def test_cat_and_extract_take_array_paths_prefixes_and_globs(
     assert main(["extract", "-q", str(path), "cameras/rear", "-C", str(tmp_path / "none")]) == 1
     assert b"no record matches 'cameras/rear'" in capsysbinary.readouterr().err
     assert not (tmp_path / "none").exists()
+
+
+def test_pack_many_sources_on_a_cluster_resumes_and_reports_failures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("distributed", reason="distributed is an optional extra")
+    sources = []
+    for number in range(3):
+        directory = tmp_path / f"drive-{number}.zarr"
+        write_zarr_hierarchy(zarr.storage.LocalStore(directory))
+        sources.append(str(directory))
+    broken = tmp_path / "broken.zarr"
+    broken.mkdir()  # an empty folder: no hierarchy
+    out_dir = tmp_path / "packed"
+    argv = ["pack", "-q", "--cluster-workers", "2", *sources, str(broken), str(out_dir)]
+    code, _, err = cli(capsys, *argv)
+    assert code == 1 and "3 packed, 0 skipped (verified), 1 failed" in err and "broken.zarr" in err
+    assert sorted(path.name for path in out_dir.iterdir()) == ["drive-0.itar", "drive-1.itar", "drive-2.itar"]
+    for number, source in enumerate(sources):
+        _, packed = opened(out_dir / f"drive-{number}.itar")
+        source_root = ZarrStoreAdapter(zarr.storage.LocalStore(source, read_only=True)).open_root_group(
+            consolidated=False
+        )
+        assert_same_hierarchy(source_root, packed)
+    # Resumed: verified archives are skipped, a damaged one is packed again.
+    damaged = out_dir / "drive-1.itar"
+    with IndexedTarArchive(damaged) as archive:
+        record = archive.records["values/0.0"]
+    with damaged.open("r+b") as file:
+        file.seek(record.offset)
+        file.write(b"\xff\xff\xff\xff")
+    code, _, err = cli(capsys, *argv[:-2], str(out_dir))  # the sources that exist
+    assert code == 0 and "1 packed, 2 skipped (verified), 0 failed" in err
+    np.testing.assert_array_equal(
+        opened(damaged)[1].array("values").read(), np.arange(200, dtype=np.int32).reshape(50, 4)
+    )

@@ -54,3 +54,14 @@ def test_a_local_cluster_of_processes_computes_from_s3(s3_bucket: UPath, client:
     write(s3_bucket / "a.itar")
     lazy = IndexedTarZarrStore(s3_bucket / "a.itar").open_root_group().array("v").to_dask()
     np.testing.assert_array_equal(client.compute(lazy.max(axis=(1, 2))).result(), VALUES.max(axis=(1, 2)))  # type: ignore[attr-defined]
+
+
+def test_tasks_run_on_the_cluster_at_an_address_and_failures_come_back(client: object) -> None:
+    from ncore_like.cluster import run_tasks
+
+    address = client.scheduler.address  # type: ignore[attr-defined]
+    finished: list[int] = []
+    outcomes = run_tasks(divmod, [(7, 2), (1, 0), (9, 4)], scheduler=address, done=lambda n, _: finished.append(n))
+    assert outcomes[0] == (3, 1) and outcomes[2] == (2, 1)
+    assert isinstance(outcomes[1], ZeroDivisionError)
+    assert sorted(finished) == [0, 1, 2]

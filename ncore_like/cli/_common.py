@@ -160,7 +160,12 @@ def warn_unused_storage_options(args: argparse.Namespace) -> None:
     options = getattr(args, "storage_options", None)
     if not options:
         return
-    values = [value for value in vars(args).values() if isinstance(value, str)]
+    values = [
+        item
+        for value in vars(args).values()
+        for item in (value if isinstance(value, list) else [value])  # e.g. several SRC of pack
+        if isinstance(item, str)
+    ]
     if not any(_URL.match(value) for value in values):
         names = ", ".join(sorted({name for name, _ in options}))
         print(

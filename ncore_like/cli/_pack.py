@@ -8,6 +8,7 @@ import contextlib
 import errno
 import math
 import os
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
@@ -17,11 +18,20 @@ from typing import Any, Literal
 
 from .._compat import fsspec_store, local_store
 from .._concurrency import default_workers, ordered_map
-from ..archive import scan_records
+from ..archive import IndexedTarArchive, scan_records, verify_archive
 from ..archive._format import INDEX_MAGIC
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
-from ._common import CommandError, Location, add_quiet_option, format_bytes, open_store, progress, reporting
+from ._common import (
+    CommandError,
+    Location,
+    add_quiet_option,
+    describe_error,
+    format_bytes,
+    open_store,
+    progress,
+    reporting,
+)
 from ._hierarchy import ROOT_METADATA_KEYS, has_hierarchy, is_blob, open_root, root_zarr_format, walk
 
 __all__ = ["register", "run"]
@@ -56,8 +66,13 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "stored as blobs, arrays with their chunk shape; arrays whose codecs the typed API can't write get "
         "Blosc lz4, and the summary names them).",
     )
-    parser.add_argument("src", metavar="SRC", help="zarr directory, zarr store URL or .itar archive")
-    parser.add_argument("dest", metavar="DEST", help="the archive to write (path or URL; replaced if it exists)")
+    parser.add_argument("src", metavar="SRC", nargs="+", help="zarr directory, zarr store URL or .itar archive")
+    parser.add_argument(
+        "dest",
+        metavar="DEST",
+        help="the archive to write (path or URL; replaced if it exists); with several SRC, the folder of the "
+        "archives, one per source (NAME.zarr -> NAME.itar), packed on a dask cluster",
+    )
     parser.add_argument(
         "--zarr-format",
         type=int,
@@ -77,6 +92,14 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         type=_positive,
         metavar="N",
         help=f"threads reading and encoding arrays (default: the number of CPUs, here {default_workers()})",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with several SRC: the dask scheduler to use (default: a local cluster of processes)",
+    )
+    parser.add_argument(
+        "--cluster-workers", type=_positive, metavar="N", help="with several SRC: processes of the local cluster"
     )
     add_quiet_option(parser)
     parser.set_defaults(run=run)
@@ -293,55 +316,148 @@ def _reencode(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Writes the new archive."""
-    source = Location.parse(args.src, args.storage_options)
-    dest = Location.parse(args.dest, args.storage_options)
+    """Writes the new archive(s)."""
+    sources: list[str] = args.src
+    if len(sources) == 1:
+        for line in pack_one(sources[0], args.dest, _Options.of(args)):
+            print(line)
+        return 0
+    return _pack_many(sources, args)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How to pack (picklable: sent to cluster workers)."""
+
+    storage_options: tuple[tuple[str, Any], ...]
+    zarr_format: ZarrFormat | None
+    compression: str
+    consolidate: bool
+    workers: int
+    quiet: bool
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, *, quiet: bool | None = None) -> _Options:
+        return cls(
+            tuple(args.storage_options), args.zarr_format, args.compression, not args.no_consolidate,
+            args.workers or default_workers(), args.quiet if quiet is None else quiet,
+        )  # fmt: skip
+
+
+def pack_one(src: str, dest_text: str, options: _Options) -> list[str]:
+    """Packs the hierarchy at ``src`` into the new archive ``dest_text``; returns what to
+    print (the summary, and which arrays changed codecs), nothing if ``quiet``."""
+    source = Location.parse(src, options.storage_options)
+    dest = Location.parse(dest_text, options.storage_options)
     if source.same_as(dest):
         raise CommandError(f"{dest.name}: the archive to write is SRC itself")
     if dest.name.rstrip("/").endswith(".zarr") or (dest.local is not None and os.path.isdir(dest.local)):
         raise CommandError(
             f"{dest.name}: pack writes .itar archives; to get a zarr folder, run "
-            f"'ncore-like extract {args.src} -C {args.dest}'"
+            f"'ncore-like extract {src} -C {dest_text}'"
         )
-    workers = args.workers or default_workers()
-    consolidate = not args.no_consolidate
-    compression = _parse_compression(args.compression)
+    workers, consolidate, quiet = options.workers, options.consolidate, options.quiet
+    compression = _parse_compression(options.compression)
+    lines = []
     with reporting(source.name, dest.name):
         kind = _source_kind(source)
-        src = _source_store(source, kind)
-        with src:
-            if isinstance(src, IndexedTarZarrStore):
-                src_format = root_zarr_format(src.archive)
-                if src_format is None and (args.zarr_format is not None or compression != _KEEP):
+        src_store = _source_store(source, kind)
+        with src_store:
+            if isinstance(src_store, IndexedTarZarrStore):
+                src_format = root_zarr_format(src_store.archive)
+                if src_format is None and (options.zarr_format is not None or compression != _KEEP):
                     raise CommandError(f"{source.name}: no zarr hierarchy to re-encode")
-                root = open_root(src, src.archive) if src_format is not None else None
+                root = open_root(src_store, src_store.archive) if src_format is not None else None
             else:
-                root = src.open_root_group(consolidated="auto")
+                root = src_store.open_root_group(consolidated="auto")
                 src_format = root.zarr_format
-            zarr_format: ZarrFormat = args.zarr_format or src_format or 2
+            zarr_format: ZarrFormat = options.zarr_format or src_format or 2
             if (zarr_format == src_format and compression == _KEEP) or root is None:
                 # Records copied verbatim: every array keeps its codecs and bytes.
                 with _writing(dest) as new:
-                    _copy_records(src, new, consolidate=consolidate, workers=workers, quiet=args.quiet)
+                    _copy_records(src_store, new, consolidate=consolidate, workers=workers, quiet=quiet)
                 archive = new.archive
-                _summary(args, dest, archive.keys(), archive.file_size, "records copied, codecs kept")
-                return 0
-            with _writing(dest) as new:
-                changed = _reencode(
-                    root, new, zarr_format=zarr_format, consolidate=consolidate, workers=workers, quiet=args.quiet,
-                    compression=compression,
-                )  # fmt: skip
-            archive = new.archive
-            how = f"re-encoded, zarr format {zarr_format}"
-            if compression != _KEEP:
-                how += f", compression {args.compression}"
-            _summary(args, dest, archive.keys(), archive.file_size, how)
-            if changed and not args.quiet:
-                shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-                print(
-                    f"note: {len(changed)} array(s) had codecs the typed API can't write and now use Blosc lz4: {shown}"
-                )
-    return 0
+                lines.append(_summary(dest, archive.keys(), archive.file_size, "records copied, codecs kept"))
+            else:
+                with _writing(dest) as new:
+                    changed = _reencode(
+                        root, new, zarr_format=zarr_format, consolidate=consolidate, workers=workers, quiet=quiet,
+                        compression=compression,
+                    )  # fmt: skip
+                archive = new.archive
+                how = f"re-encoded, zarr format {zarr_format}"
+                if compression != _KEEP:
+                    how += f", compression {options.compression}"
+                lines.append(_summary(dest, archive.keys(), archive.file_size, how))
+                if changed:
+                    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+                    note = f"{len(changed)} array(s) had codecs the typed API can't write and now use Blosc lz4"
+                    lines.append(f"note: {note}: {shown}")
+    return [] if quiet else lines
+
+
+# -- many sources, on a cluster ----------------------------------------------------------------
+
+
+def _destination(folder: str, source: str) -> str:
+    """The archive a source goes to in ``folder``: its name, with ``.itar``."""
+    name = source.rstrip("/").rpartition("/")[2]
+    stem = name[: -len(".zarr")] if name.endswith(".zarr") else name.removesuffix(".itar")
+    return f"{folder.rstrip('/')}/{stem}.itar"
+
+
+def _finished(dest: str, options: _Options) -> bool:
+    """True if ``dest`` is an archive that verifies without problems (packed by an earlier
+    run: skipped, so that a run that failed halfway resumes)."""
+    location = Location.parse(dest, options.storage_options)
+    try:
+        with IndexedTarArchive(location.target) as archive:
+            return not verify_archive(archive).problems
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _pack_task(src: str, dest: str, options: _Options) -> str:
+    """One source of a cluster run (in a worker process): ``skipped`` or the summary."""
+    if _finished(dest, options):
+        return f"{dest}: skipped, verified (packed before)"
+    lines = pack_one(src, dest, options)
+    return lines[0] if lines else dest
+
+
+def _pack_many(sources: list[str], args: argparse.Namespace) -> int:
+    from ..cluster import run_tasks
+
+    folder = args.dest
+    dest_folder = Location.parse(folder, args.storage_options)
+    if dest_folder.local is not None:
+        os.makedirs(dest_folder.local, exist_ok=True)
+    destinations = [_destination(folder, source) for source in sources]
+    if len(set(destinations)) != len(destinations):
+        raise CommandError(f"{folder}: sources with the same name would go to the same archive")
+    options = _Options.of(args, quiet=True)  # workers print nothing; the summary is ours
+    failures: list[str] = []
+    with progress(total=len(sources), desc="pack", unit="archive", quiet=args.quiet) as bar:
+
+        def done(number: int, outcome: object) -> None:
+            if isinstance(outcome, BaseException):
+                failures.append(f"{sources[number]}: {describe_error(outcome)}")
+            bar.update(1)
+
+        outcomes = run_tasks(
+            _pack_task, [(source, dest, options) for source, dest in zip(sources, destinations, strict=True)],
+            scheduler=args.scheduler, workers=args.cluster_workers, done=done,
+        )  # fmt: skip
+    if not args.quiet:
+        for outcome in outcomes:
+            if isinstance(outcome, str):
+                print(outcome)
+    packed = sum(1 for outcome in outcomes if isinstance(outcome, str) and "skipped" not in outcome)
+    skipped = sum(1 for outcome in outcomes if isinstance(outcome, str) and "skipped" in outcome)
+    print(f"{packed} packed, {skipped} skipped (verified), {len(failures)} failed", file=sys.stderr)
+    for failure in failures:
+        print(f"ncore-like: error: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _parse_compression(text: str) -> BloscCompression | str | None:
@@ -357,6 +473,5 @@ def _parse_compression(text: str) -> BloscCompression | str | None:
         raise CommandError(f"--compression {text!r}: {error} (keep, none, or CNAME[:LEVEL] such as zstd:3)") from error
 
 
-def _summary(args: argparse.Namespace, dest: Location, keys: list[str], size: int, how: str) -> None:
-    if not args.quiet:
-        print(f"{dest.name}: {len(keys)} records, {format_bytes(size)} ({how})")
+def _summary(dest: Location, keys: list[str], size: int, how: str) -> str:
+    return f"{dest.name}: {len(keys)} records, {format_bytes(size)} ({how})"

@@ -25,6 +25,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "backend": ("backend",),
     "nodes": ("nodes",),
     "xarray": ("xarray_backend",),
+    "cluster": ("cluster",),
     "cli": ("cli", "demo", "__main__"),
     "package": ("__init__",),
 }
@@ -38,7 +39,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "backend": frozenset({"foundation", "compat", "archive", "store"}),
     "nodes": frozenset({"foundation", "compat", "archive", "store", "backend"}),
     "xarray": frozenset({"foundation", "archive", "store"}),
-    "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "package"}),
+    "cluster": frozenset({"foundation"}),
+    "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "cluster", "package"}),
     "package": frozenset({"foundation", "archive", "store", "backend", "nodes"}),
 }
 
