@@ -217,6 +217,15 @@ def request_rounds(records: list[dict[str, Any]]) -> int:
     return rounds
 
 
+def blosc_limit(chunk: Volume, compression: Any) -> bytes:
+    """Blosc's encode limit for one chunk: numcodecs compressing it directly with the settings
+    of ``compression`` (a :class:`ncore_like.BloscCompression`), nothing else around it."""
+    import numcodecs.blosc
+
+    c = compression
+    return numcodecs.blosc.compress(chunk, c.cname.encode(), c.clevel, c.shuffle_id, c.blocksize, chunk.dtype.itemsize)  # type: ignore[no-any-return]
+
+
 # -- timing ---------------------------------------------------------------------------------
 
 

@@ -375,9 +375,8 @@ def bench_frames(run: bench.Run[Config]) -> list[Row]:
 
 
 def blosc_limit(chunk: Volume) -> bytes:
-    """Blosc's encode limit for one chunk: numcodecs compressing it directly."""
-    c = COMPRESSION
-    return numcodecs.blosc.compress(chunk, c.cname.encode(), c.clevel, c.shuffle_id, c.blocksize, chunk.dtype.itemsize)  # type: ignore[no-any-return]
+    """Blosc's encode limit for one chunk, with the settings of :data:`COMPRESSION`."""
+    return bench.blosc_limit(chunk, COMPRESSION)
 
 
 def bench_volume(run: bench.Run[Config]) -> list[Row]:

@@ -418,15 +418,20 @@ def is_transient(error: BaseException) -> bool:
     return bool({cls.__name__ for cls in type(error).__mro__} & _TRANSIENT)
 
 
-def _delay(attempt: int) -> float:
-    """Seconds before attempt ``attempt + 1``: exponential backoff with jitter (so that many
-    clients failing together don't retry together)."""
-    return float(min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
-
-
-def _gave_up(error: BaseException, name: str, what: str, attempts: int) -> RemoteStorageError:
-    detail = str(error).split("\n", 1)[0] or type(error).__name__
-    return RemoteStorageError(f"reading {what} failed {attempts} times, the last with: {detail}", archive=name)
+def _next_delay(error: Exception, attempt: int, deadline: float, name: str, what: str) -> float:
+    """Seconds to wait before attempt ``attempt + 1`` after ``error``: exponential backoff
+    with jitter (so that many clients failing together don't retry together). Raises
+    ``error`` itself if it is permanent, and a :class:`~ncore_like.errors.RemoteStorageError`
+    naming the attempts when they or the time are used up."""
+    if not is_transient(error):
+        raise error
+    delay = float(min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
+    if attempt >= RETRY_ATTEMPTS or time.monotonic() + delay > deadline:
+        detail = str(error).split("\n", 1)[0] or type(error).__name__
+        raise RemoteStorageError(
+            f"reading {what} failed {attempt} times, the last with: {detail}", archive=name
+        ) from error
+    return delay
 
 
 def _retrying(call: Callable[[], T], name: str, what: str) -> T:
@@ -440,11 +445,7 @@ def _retrying(call: Callable[[], T], name: str, what: str) -> T:
         try:
             return call()
         except Exception as error:
-            if not is_transient(error):
-                raise
-            delay = _delay(attempt)
-            if attempt >= RETRY_ATTEMPTS or time.monotonic() + delay > deadline:
-                raise _gave_up(error, name, what, attempt) from error
+            delay = _next_delay(error, attempt, deadline, name, what)
         time.sleep(delay)
         attempt += 1
 
@@ -459,10 +460,6 @@ async def _retrying_async(call: Callable[[], Awaitable[T]], name: str, what: str
         try:
             return await call()
         except Exception as error:
-            if not is_transient(error):
-                raise
-            delay = _delay(attempt)
-            if attempt >= RETRY_ATTEMPTS or time.monotonic() + delay > deadline:
-                raise _gave_up(error, name, what, attempt) from error
+            delay = _next_delay(error, attempt, deadline, name, what)
         await asyncio.sleep(delay)
         attempt += 1

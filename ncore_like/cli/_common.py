@@ -33,8 +33,10 @@ __all__ = [
     "close_matches",
     "describe_error",
     "format_bytes",
+    "non_negative_int",
     "open_store",
     "parse_storage_option",
+    "positive_int",
     "print_json",
     "progress",
     "reporting",
@@ -94,6 +96,26 @@ def storage_option_parser() -> argparse.ArgumentParser:
         "VALUE is parsed as JSON when possible, e.g. -o endpoint_url=http://127.0.0.1:9000 -o anon=true",
     )
     return parser
+
+
+def positive_int(text: str) -> int:
+    """An argument that must be a positive integer (argparse ``type=``)."""
+    return _bounded_int(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """An argument that must be 0 or a positive integer (argparse ``type=``)."""
+    return _bounded_int(text, 0, "0 or a positive integer")
+
+
+def _bounded_int(text: str, low: int, expected: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

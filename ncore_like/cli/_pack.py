@@ -29,6 +29,7 @@ from ._common import (
     describe_error,
     format_bytes,
     open_store,
+    positive_int,
     progress,
     reporting,
 )
@@ -41,16 +42,6 @@ SourceKind = Literal["archive", "directory", "store"]
 #: Bytes of source values and encoded chunks held at once when re-encoding (besides one
 #: item larger than it).
 _MAX_BYTES_IN_FLIGHT = 1 << 30
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -89,7 +80,7 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     parser.add_argument("--no-consolidate", action="store_true", help="don't write the consolidated metadata record")
     parser.add_argument(
         "--workers",
-        type=_positive,
+        type=positive_int,
         metavar="N",
         help=f"threads reading and encoding arrays (default: the number of CPUs, here {default_workers()})",
     )
@@ -99,7 +90,7 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="with several SRC: the dask scheduler to use (default: a local cluster of processes)",
     )
     parser.add_argument(
-        "--cluster-workers", type=_positive, metavar="N", help="with several SRC: processes of the local cluster"
+        "--cluster-workers", type=positive_int, metavar="N", help="with several SRC: processes of the local cluster"
     )
     add_quiet_option(parser)
     parser.set_defaults(run=run)

@@ -18,6 +18,8 @@ from ._common import (
     archive_store,
     format_bytes,
     format_json_value,
+    non_negative_int,
+    positive_int,
     print_json,
 )
 from ._hierarchy import blob_size, compression_label, is_blob, open_root
@@ -250,11 +252,14 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
     parser.add_argument("-a", "--attributes", action="store_true", help="show the attributes of every node")
     parser.add_argument(
-        "--depth", type=_positive, metavar="N", help="show groups down to N levels below the root (text; default: all)"
+        "--depth",
+        type=positive_int,
+        metavar="N",
+        help="show groups down to N levels below the root (text; default: all)",
     )
     parser.add_argument(
         "--limit",
-        type=_positive_or_zero,
+        type=non_negative_int,
         metavar="N",
         help=f"show at most N members per group, 0 for all (default: {DEFAULT_LIMIT} in text, all in JSON)",
     )
@@ -273,17 +278,3 @@ def run(args: argparse.Namespace) -> int:
             lines = render_tree(root, attributes=args.attributes, max_members=limit, max_depth=args.depth)
             print("\n".join(lines))
     return 0
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def _positive_or_zero(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or a positive number, got {text}")
-    return value

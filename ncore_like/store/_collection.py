@@ -24,8 +24,6 @@ from ..archive import IndexedTarArchive, Location
 from ._itar_store import IndexedTarZarrStore
 
 if TYPE_CHECKING:
-    from upath import UPath
-
     from ..nodes import Group
 
 __all__ = ["ArchiveCollection"]
@@ -103,7 +101,10 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             if store is not None:
                 self._open.move_to_end(index)
                 return store
-        opened = IndexedTarZarrStore(self._location(index))  # outside the lock: it may take a request
+        location = self._locations[index]
+        remote = Location(location).local is None
+        # Outside the lock: opening may take a request.
+        opened = IndexedTarZarrStore(location, storage_options=self._options if remote else None)
         with self._lock:
             store = self._open.setdefault(index, opened)  # another thread may have been first
             self._open.move_to_end(index)
@@ -113,15 +114,6 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         if store is not opened:
             opened.close()
         return store
-
-    def _location(self, index: int) -> str | UPath:
-        location = self._locations[index]
-        if self._options and Location(location).local is None:
-            from upath import UPath
-
-            remote: UPath = UPath(location, **self._options)
-            return remote
-        return location
 
     @property
     def open_count(self) -> int:
