@@ -457,3 +457,16 @@ def test_a_reader_archive_never_becomes_a_writable_store(tmp_path: Path) -> None
     assert raised.value.archive == str(reader.itar_upath)
     with pytest.raises(ReadOnlyError, match="open it with mode='w'"):
         ItarZarrStore(reader).with_read_only(False)
+
+
+def test_zarr_python_errors_name_the_public_store_class(tmp_path: Path) -> None:
+    import zarr
+
+    with IndexedTarZarrStore(tmp_path / "n.itar", "w") as writer:
+        writer.create_root_group().create_array("a", np.arange(3))
+        writer.consolidate()
+    store = IndexedTarZarrStore(tmp_path / "n.itar")
+    with pytest.raises(Exception) as raised:  # zarr-python's own error, which differs per version
+        zarr.open_array(store.zarr, path="missing", mode="r")
+    assert "ItarZarrStore" not in str(raised.value)
+    assert repr(store.zarr) == f"IndexedTarZarrStore({str(tmp_path / 'n.itar')!r}, mode='r').zarr"

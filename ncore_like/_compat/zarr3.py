@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 from abc import abstractmethod
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import numcodecs
@@ -81,19 +81,33 @@ ZarrNode = ZarrGroup | ZarrArray
 
 
 class SyncZarrStore(ZarrStore):
-    """A zarr store that also reads and writes synchronously (e.g. archives): nodes are
-    opened and records written without a round trip through zarr's event-loop thread,
-    which costs a few hundred microseconds per call."""
+    """A zarr store built on synchronous primitives (e.g. archives), written once for every
+    zarr-python version: subclasses implement the primitives below, and this class turns
+    them into zarr-python 3's store protocol. Nodes are then opened and records written
+    without a round trip through zarr's event-loop thread, which costs a few hundred
+    microseconds per call."""
+
+    # -- the primitives -----------------------------------------------------------------
 
     @abstractmethod
-    def get_sync(
-        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        """The value of ``key`` (None if missing)."""
+    def value_size(self, key: str) -> int | None:
+        """The size of the value of ``key``, None if there is none."""
 
     @abstractmethod
-    def set_sync(self, key: str, value: Buffer) -> None:
-        """Stores ``value`` under ``key``."""
+    def read_value(self, key: str) -> bytes | None:
+        """The whole value of ``key``, None if there is none."""
+
+    @abstractmethod
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of the value of ``key`` (which exists)."""
+
+    async def read_value_async(self, key: str) -> bytes | None:
+        """:meth:`read_value` without blocking the running loop."""
+        return self.read_value(key)
+
+    async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
+        """:meth:`read_range` without blocking the running loop."""
+        return self.read_range(key, start, stop)
 
     @abstractmethod
     def exists_sync(self, key: str) -> bool:
@@ -102,6 +116,106 @@ class SyncZarrStore(ZarrStore):
     @abstractmethod
     def set_bytes_sync(self, key: str, value: bytes | memoryview) -> None:
         """Stores ``value`` under ``key`` (bytes as they are: no zarr ``Buffer`` around them)."""
+
+    async def set_bytes_async(self, key: str, value: bytes | memoryview) -> None:
+        """:meth:`set_bytes_sync` without blocking the running loop."""
+        self.set_bytes_sync(key, value)
+
+    @abstractmethod
+    def delete_sync(self, key: str) -> None:
+        """Deletes ``key``."""
+
+    @abstractmethod
+    def listed_keys(self) -> list[str]:
+        """Every key the store lists."""
+
+    @abstractmethod
+    def list_dir_sync(self, prefix: str) -> Iterator[str]:
+        """Names directly under ``prefix`` (no trailing ``/``; ``""`` for the root)."""
+
+    @abstractmethod
+    def with_read_only(self, read_only: bool = False) -> SyncZarrStore:
+        """The same store, refusing writes if ``read_only``."""
+
+    # -- zarr-python 3's protocol -------------------------------------------------------
+
+    def _bounds(self, key: str, byte_range: ByteRequest | None) -> tuple[int, int] | None:
+        size = self.value_size(key)
+        return None if size is None else byte_range_bounds(byte_range, size)
+
+    def get_sync(
+        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        """The value of ``key`` (None if missing)."""
+        if byte_range is None:
+            data = self.read_value(key)
+        else:
+            bounds = self._bounds(key, byte_range)
+            data = None if bounds is None else self.read_range(key, *bounds)
+        return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        if byte_range is None:
+            data = await self.read_value_async(key)
+        else:
+            bounds = self._bounds(key, byte_range)
+            data = None if bounds is None else await self.read_range_async(key, *bounds)
+        return None if data is None else prototype.buffer.from_bytes(data)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(key, prototype, request) for key, request in key_ranges)))
+
+    async def exists(self, key: str) -> bool:
+        return self.exists_sync(key)
+
+    async def getsize(self, key: str) -> int:
+        size = self.value_size(key)
+        if size is None:
+            raise FileNotFoundError(f"{self}: no record {key!r}")
+        return size
+
+    def _payload(self, value: Buffer) -> memoryview:
+        self._check_writable()
+        if not isinstance(value, Buffer):
+            raise TypeError(f"{type(self).__name__}.set expects a zarr Buffer, got {type(value).__name__}")
+        return value.as_numpy_array().data
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        """Stores ``value`` under ``key``."""
+        self.set_bytes_sync(key, self._payload(value))
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await self.set_bytes_async(key, self._payload(value))
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        if not self.exists_sync(key):
+            await self.set(key, value)
+
+    async def delete(self, key: str) -> None:
+        self.delete_sync(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        # What zarr-python calls when it opens a hierarchy with mode="w".
+        self._check_writable()
+        start = f"{prefix.rstrip('/')}/" if prefix.strip("/") else ""
+        for key in self.listed_keys():
+            if key.startswith(start):
+                self.delete_sync(key)
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in self.listed_keys():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in self.listed_keys():
+            if key.startswith(prefix):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        for name in self.list_dir_sync(prefix.rstrip("/")):
+            yield name
 
 
 def zarr_loop() -> asyncio.AbstractEventLoop:
@@ -517,9 +631,8 @@ def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:
 def read_record(store: ZarrStore, key: str) -> bytes | None:
     """The record ``key`` of the store, None if there is none (synchronously where the store can)."""
     if isinstance(store, SyncZarrStore):
-        buffer = store.get_sync(key)
-    else:
-        buffer = run_zarr(store.get(key, default_buffer_prototype()))
+        return store.read_value(key)
+    buffer = run_zarr(store.get(key, default_buffer_prototype()))
     return None if buffer is None else buffer.to_bytes()
 
 
@@ -570,7 +683,7 @@ def chunk_projections(
 def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
     """The member at ``path`` (nested paths too) of ``group``, None if there is none.
 
-    Stores that read synchronously (``get_sync``, e.g. archives) are read directly and the
+    Stores that read synchronously (:class:`SyncZarrStore`, e.g. archives) are read directly and the
     node built from its metadata, without a round trip through zarr-python's event-loop
     thread (which costs a few hundred microseconds per member); others go through zarr.
     """
@@ -607,8 +720,8 @@ def _open_member_sync(group: zarr.Group, store: SyncZarrStore, full: str) -> zar
     from zarr.core.array import AsyncArray, parse_array_metadata
 
     def load(name: str) -> Any:
-        buffer = store.get_sync(f"{full}/{name}")
-        return None if buffer is None else json.loads(buffer.to_bytes())
+        data = store.read_value(f"{full}/{name}")
+        return None if data is None else json.loads(data)
 
     store_path = StorePath(store, full)
     if group.metadata.zarr_format == 3:

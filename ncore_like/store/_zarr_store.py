@@ -1,4 +1,4 @@
-"""``ItarZarrStore``: a zarr-python 3 store over an :class:`IndexedTarArchive`.
+"""``ItarZarrStore``: a zarr-python store over an :class:`IndexedTarArchive`.
 
 Chunk records are write-once (a rewrite raises :class:`RecordExistsError`); node metadata
 records may be rewritten until the archive is closed, since zarr-python rewrites them on
@@ -8,20 +8,12 @@ deletes chunks equal to the fill value); deleting a written record is an error.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._compat import (
-    Buffer,
-    BufferPrototype,
-    ByteRequest,
-    SyncZarrStore,
-    byte_range_bounds,
-    default_buffer_prototype,
-)
+from .._compat import SyncZarrStore
 from .._concurrency import run_in_worker
 from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive
@@ -47,7 +39,7 @@ _UNKNOWN = object()
 
 
 class ItarZarrStore(SyncZarrStore):
-    """A zarr-python 3 store of the records of an indexed tar archive.
+    """A zarr-python store of the records of an indexed tar archive.
 
     With ``node_metadata`` (the decoded node metadata records by key, e.g. of a consolidated
     metadata record), node metadata is served from it, and only from it: zarr-python then
@@ -128,7 +120,9 @@ class ItarZarrStore(SyncZarrStore):
         return hash((self._archive.location.name, self.read_only))
 
     def __repr__(self) -> str:
-        return f"ItarZarrStore({self._archive.location.name!r}, read_only={self.read_only})"
+        # zarr-python names the store in its messages: by the public class users opened.
+        mode = "r" if self.read_only else "w"
+        return f"IndexedTarZarrStore({self._archive.location.name!r}, mode={mode!r}).zarr"
 
     def __getstate__(self) -> dict[str, Any]:
         # Only readers pickle (the archive refuses writers), by location, options and index.
@@ -193,66 +187,42 @@ class ItarZarrStore(SyncZarrStore):
         if self._owns_archive:
             self._archive.close()
 
-    # -- reading (async and sync twins) ------------------------------------------------
+    # -- reading (the primitives of SyncZarrStore) ----------------------------------------
 
-    def _overlaid_value(self, key: str, byte_range: ByteRequest | None) -> Any:
-        """The requested bytes of overlaid node metadata (None if missing), or
-        ``_NOT_OVERLAID`` for keys the archive serves."""
-        overlaid = self._overlaid(key)
-        if overlaid is self._NOT_OVERLAID or overlaid is None:
-            return overlaid
-        start, stop = byte_range_bounds(byte_range, len(overlaid))
-        return overlaid[start:stop]
-
-    def _size(self, key: str) -> int:
+    def value_size(self, key: str) -> int | None:
         overlaid = self._overlaid(key)
         if overlaid is not self._NOT_OVERLAID:
-            if overlaid is None:
-                raise FileNotFoundError(f"{self._archive.location.name}: no record {key!r}")
-            return len(overlaid)
+            return None if overlaid is None else len(overlaid)
         record = self._archive.records.get(key)
         if record is not None:
             return record.size
+        if key not in self._archive:
+            return None
         return len(self._archive.read(key))  # node metadata held in memory while writing
 
-    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
-        archive = self._archive
-        overlaid = self._overlaid_value(key, byte_range)
+    def read_value(self, key: str) -> bytes | None:
+        overlaid = self._overlaid(key)
         if overlaid is not self._NOT_OVERLAID:
-            return None if overlaid is None else prototype.buffer.from_bytes(overlaid)
-        if key not in archive:
-            return None
-        if byte_range is None:
-            data = await archive.read_async(key)
-        else:
-            start, stop = byte_range_bounds(byte_range, self._size(key))
-            data = await archive.read_range_async(key, start, stop)
-        return prototype.buffer.from_bytes(data)
+            return overlaid  # type: ignore[no-any-return]
+        return self._archive.read(key) if key in self._archive else None
 
-    def get_sync(
-        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        archive = self._archive
-        prototype = prototype or default_buffer_prototype()
-        overlaid = self._overlaid_value(key, byte_range)
+    async def read_value_async(self, key: str) -> bytes | None:
+        overlaid = self._overlaid(key)
         if overlaid is not self._NOT_OVERLAID:
-            return None if overlaid is None else prototype.buffer.from_bytes(overlaid)
-        if key not in archive:
-            return None
-        if byte_range is None:
-            data = archive.read(key)
-        else:
-            start, stop = byte_range_bounds(byte_range, self._size(key))
-            data = archive.read_range(key, start, stop)
-        return prototype.buffer.from_bytes(data)
+            return overlaid  # type: ignore[no-any-return]
+        return await self._archive.read_async(key) if key in self._archive else None
 
-    async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
-    ) -> list[Buffer | None]:
-        return list(await asyncio.gather(*(self.get(key, prototype, request) for key, request in key_ranges)))
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        overlaid = self._overlaid(key)
+        if overlaid is not self._NOT_OVERLAID:
+            return overlaid[start:stop]  # type: ignore[no-any-return]
+        return self._archive.read_range(key, start, stop)
 
-    async def exists(self, key: str) -> bool:
-        return self.exists_sync(key)
+    async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
+        overlaid = self._overlaid(key)
+        if overlaid is not self._NOT_OVERLAID:
+            return overlaid[start:stop]  # type: ignore[no-any-return]
+        return await self._archive.read_range_async(key, start, stop)
 
     def exists_sync(self, key: str) -> bool:
         overlaid = self._overlaid(key)
@@ -260,39 +230,18 @@ class ItarZarrStore(SyncZarrStore):
             return overlaid is not None
         return key in self._archive
 
-    async def getsize(self, key: str) -> int:
-        if self._overlaid(key) is self._NOT_OVERLAID and key not in self._archive:
-            raise FileNotFoundError(f"{self._archive.location.name}: no record {key!r}")
-        return self._size(key)
-
-    # -- writing (async and sync twins) --------------------------------------------------
-
-    def _payload(self, value: Buffer) -> memoryview:
-        self._check_writable()
-        if not isinstance(value, Buffer):
-            raise TypeError(f"ItarZarrStore.set expects a zarr Buffer, got {type(value).__name__}")
-        return value.as_numpy_array().data
-
-    async def set(self, key: str, value: Buffer) -> None:
-        payload = self._payload(value)
-        if is_node_metadata_key(key):
-            self._archive[key] = payload
-        else:  # a blocking write: keep zarr's event loop free meanwhile
-            await run_in_worker(self._archive.write, key, payload)
-
-    def set_sync(self, key: str, value: Buffer) -> None:
-        self._archive[key] = self._payload(value)
+    # -- writing -------------------------------------------------------------------------
 
     def set_bytes_sync(self, key: str, value: bytes | memoryview) -> None:
         self._check_writable()
         self._archive[key] = value
 
-    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
-        if key not in self._archive:
-            await self.set(key, value)
-
-    async def delete(self, key: str) -> None:
-        self.delete_sync(key)
+    async def set_bytes_async(self, key: str, value: bytes | memoryview) -> None:
+        self._check_writable()
+        if is_node_metadata_key(key):
+            self._archive[key] = value
+        else:  # a blocking write: keep zarr's event loop free meanwhile
+            await run_in_worker(self._archive.write, key, value)
 
     def delete_sync(self, key: str) -> None:
         self._check_writable()
@@ -300,15 +249,6 @@ class ItarZarrStore(SyncZarrStore):
             raise RecordExistsError(
                 key, f"record {key!r} can't be deleted (archive records are write-once)", archive=self._name
             )
-
-    async def delete_dir(self, prefix: str) -> None:
-        # What zarr-python calls when it opens a hierarchy with mode="w": a no-op for prefixes
-        # without records (a new archive), refused for written ones, as delete().
-        self._check_writable()
-        start = f"{prefix.rstrip('/')}/" if prefix.strip("/") else ""
-        for key in self._archive:
-            if key.startswith(start):
-                self.delete_sync(key)
 
     # -- listing -------------------------------------------------------------------------
 
@@ -338,22 +278,12 @@ class ItarZarrStore(SyncZarrStore):
 
     def record_bytes(self, key: str) -> bytes:
         """The bytes the store serves for ``key`` (KeyError if none)."""
-        buffer = self.get_sync(key)
-        if buffer is None:
+        data = self.read_value(key)
+        if data is None:
             raise KeyError(f"no record {key!r} in {self._name}")
-        return buffer.to_bytes()
+        return data
 
-    async def list(self) -> AsyncIterator[str]:
-        for key in self._keys():
-            yield key
-
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in self._keys():
-            if key.startswith(prefix):
-                yield key
-
-    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        prefix = prefix.rstrip("/")
+    def list_dir_sync(self, prefix: str) -> Iterator[str]:
         start = f"{prefix}/" if prefix else ""
         # The compressed consolidated records are no members of the hierarchy: zarr-python
         # would warn about an unknown object when it lists the root group's members.
