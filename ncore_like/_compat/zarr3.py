@@ -49,6 +49,7 @@ __all__ = [
     "chunk_projections",
     "create_array_node",
     "create_group",
+    "create_subgroup",
     "default_buffer_prototype",
     "fsspec_store",
     "group_from_document",
@@ -61,11 +62,16 @@ __all__ = [
     "open_group",
     "open_member",
     "raw_chunk_layout",
+    "read_record",
     "read_selection",
+    "reading_store",
     "record_exists",
+    "record_size",
     "run_zarr",
     "selection_kind",
     "selection_shape",
+    "store_keys",
+    "store_read_only",
     "touched_chunk_keys",
     "write_array_metadata",
     "write_basic_selection",
@@ -634,6 +640,47 @@ def read_record(store: ZarrStore, key: str) -> bytes | None:
         return store.read_value(key)
     buffer = run_zarr(store.get(key, default_buffer_prototype()))
     return None if buffer is None else buffer.to_bytes()
+
+
+def record_size(store: ZarrStore, key: str) -> int | None:
+    """The size of record ``key``, None if there is none."""
+    if isinstance(store, SyncZarrStore):
+        return store.value_size(key)
+    try:
+        return int(run_zarr(store.getsize(key)))
+    except FileNotFoundError:
+        return None
+
+
+def store_keys(store: ZarrStore) -> list[str]:
+    """Every key of the store."""
+    if isinstance(store, SyncZarrStore):
+        return store.listed_keys()
+
+    async def collect() -> list[str]:
+        return [key async for key in store.list()]
+
+    return run_zarr(collect())
+
+
+def store_read_only(store: ZarrStore) -> bool:
+    """True if the store refuses writes."""
+    return bool(store.read_only)
+
+
+def reading_store(store: ZarrStore) -> ZarrStore:
+    """The store, refusing writes (itself if it does already, or if it can't be made to)."""
+    if store.read_only:
+        return store
+    try:
+        return store.with_read_only(True)
+    except NotImplementedError:
+        return store
+
+
+def create_subgroup(group: zarr.Group, name: str, attributes: dict[str, Any]) -> zarr.Group:
+    """Creates a member group of ``group`` (an error if a member of that name exists)."""
+    return group.create_group(name, attributes=attributes)
 
 
 def record_exists(store: ZarrStore, key: str) -> bool:

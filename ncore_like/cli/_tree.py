@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._compat import chunk_key, run_zarr
+from .._compat import chunk_key, record_size
 from ..nodes import Array, Group
 from ..store import IndexedTarZarrStore
 from ._common import (
@@ -70,14 +70,7 @@ def record_size_lookup(group: Group) -> RecordSize:
 
         return archive_size
     zarr_store = group.zarr.store
-
-    def zarr_size(key: str) -> int | None:
-        try:
-            return int(run_zarr(zarr_store.getsize(key)))
-        except FileNotFoundError:
-            return None
-
-    return zarr_size
+    return lambda key: record_size(zarr_store, key)
 
 
 def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:

@@ -13,7 +13,9 @@ import numpy.typing as npt
 from .._compat import (
     ZarrGroup,
     ZarrNode,
+    array_zarr_format,
     create_array_node,
+    create_subgroup,
     is_group,
     member_names,
     member_nodes,
@@ -93,7 +95,7 @@ class Group(Node[ZarrGroup]):
         """zarr format of the hierarchy."""
         if self._view is not None:
             return self._view.zarr_format
-        return self.zarr.metadata.zarr_format
+        return array_zarr_format(self.zarr)
 
     def with_cache(self, cache: NodeCache | None) -> Group:
         """The group, opening its members through ``cache``."""
@@ -225,9 +227,7 @@ class Group(Node[ZarrGroup]):
     def create_group(self, name: str, *, attributes: Attributes | None = None) -> Group:
         """Creates a member group (an error if a member of that name exists)."""
         self._check_writable()
-        return Group(
-            self.zarr.create_group(name, attributes=dict(attributes or {})), self._cache, self._store, self._backend
-        )
+        return Group(create_subgroup(self.zarr, name, dict(attributes or {})), self._cache, self._store, self._backend)
 
     def require_group(self, name: str) -> Group:
         """The member group ``name``, created if it doesn't exist yet."""

@@ -19,11 +19,14 @@ from .._compat import (
     ZarrStore,
     array_from_document,
     create_group,
-    default_buffer_prototype,
     group_from_document,
     group_from_node_metadata,
     open_group,
-    run_zarr,
+    read_record,
+    reading_store,
+    store_keys,
+    store_read_only,
+    write_record,
 )
 from ..errors import ReadOnlyError
 from ._consolidated import (
@@ -99,7 +102,7 @@ class Store(ABC):
     @property
     def read_only(self) -> bool:
         """True if the store was opened for reading."""
-        return bool(self._zarr_store.read_only)
+        return store_read_only(self._zarr_store)
 
     def close(self) -> None:
         """Closes the store (finishes writing)."""
@@ -163,20 +166,16 @@ class Store(ABC):
         return self._read_record(key)
 
     def _read_record(self, key: str) -> bytes | None:
-        buffer = run_zarr(self._zarr_store.get(key, default_buffer_prototype()))
-        return None if buffer is None else buffer.to_bytes()
+        return read_record(self._zarr_store, key)
 
     def _write_record(self, key: str, value: bytes) -> None:
-        run_zarr(self._zarr_store.set(key, default_buffer_prototype().buffer.from_bytes(value)))
+        write_record(self._zarr_store, key, value)
 
     def _record_keys(self) -> list[str]:
-        async def collect() -> list[str]:
-            return [key async for key in self._zarr_store.list()]
-
-        return run_zarr(collect())
+        return store_keys(self._zarr_store)
 
     def _check_writable(self) -> None:
-        if self._zarr_store.read_only:
+        if self.read_only:
             raise ReadOnlyError("store is opened for reading, can't write", archive=self.name)
 
     # -- hierarchy -----------------------------------------------------------------------
@@ -205,13 +204,7 @@ class Store(ABC):
         return None
 
     def _reading_store(self) -> ZarrStore:
-        store = self._zarr_store
-        if store.read_only:
-            return store
-        try:
-            return store.with_read_only(True)
-        except NotImplementedError:
-            return store
+        return reading_store(self._zarr_store)
 
     def open_root_group(self, consolidated: Consolidated = True, *, backend: Backend | None = None) -> Group:
         """Opens the root group of the hierarchy for reading.
