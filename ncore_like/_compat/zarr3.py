@@ -8,10 +8,8 @@ zarr-python 2 module beside this one would provide in its own way.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from abc import abstractmethod
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import numcodecs
@@ -26,13 +24,11 @@ from zarr.storage import FsspecStore, LocalStore, StorePath
 
 from .._concurrency import sync
 from .._lru import LRUCache, process_cache
-from ..errors import NcoreLikeError, NodeMetadataError
+from ._shared import StorePrimitives, checked_format, parsing
 
 __all__ = [
+    "ZARR_FORMATS",
     "Blosc",
-    "Buffer",
-    "BufferPrototype",
-    "ByteRequest",
     "SelectionKind",
     "SyncZarrStore",
     "ZarrArray",
@@ -43,19 +39,19 @@ __all__ = [
     "array_from_document",
     "array_zarr_format",
     "blosc_compressor",
-    "byte_range_bounds",
+    "check_zarr_format",
     "chunk_key",
     "chunk_key_parts",
     "chunk_projections",
     "create_array_node",
     "create_group",
     "create_subgroup",
-    "default_buffer_prototype",
     "fsspec_store",
     "group_from_document",
     "group_from_node_metadata",
     "guess_chunks",
     "is_group",
+    "is_zarr_store",
     "local_store",
     "member_names",
     "member_nodes",
@@ -67,7 +63,6 @@ __all__ = [
     "reading_store",
     "record_exists",
     "record_size",
-    "run_zarr",
     "selection_kind",
     "selection_shape",
     "store_keys",
@@ -76,7 +71,6 @@ __all__ = [
     "write_array_metadata",
     "write_basic_selection",
     "write_record",
-    "zarr_loop",
 ]
 
 T = TypeVar("T")
@@ -86,62 +80,10 @@ ZarrGroup = zarr.Group
 ZarrNode = ZarrGroup | ZarrArray
 
 
-class SyncZarrStore(ZarrStore):
-    """A zarr store built on synchronous primitives (e.g. archives), written once for every
-    zarr-python version: subclasses implement the primitives below, and this class turns
-    them into zarr-python 3's store protocol. Nodes are then opened and records written
-    without a round trip through zarr's event-loop thread, which costs a few hundred
-    microseconds per call."""
-
-    # -- the primitives -----------------------------------------------------------------
-
-    @abstractmethod
-    def value_size(self, key: str) -> int | None:
-        """The size of the value of ``key``, None if there is none."""
-
-    @abstractmethod
-    def read_value(self, key: str) -> bytes | None:
-        """The whole value of ``key``, None if there is none."""
-
-    @abstractmethod
-    def read_range(self, key: str, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)`` of the value of ``key`` (which exists)."""
-
-    async def read_value_async(self, key: str) -> bytes | None:
-        """:meth:`read_value` without blocking the running loop."""
-        return self.read_value(key)
-
-    async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
-        """:meth:`read_range` without blocking the running loop."""
-        return self.read_range(key, start, stop)
-
-    @abstractmethod
-    def exists_sync(self, key: str) -> bool:
-        """True if the store holds ``key``."""
-
-    @abstractmethod
-    def set_bytes_sync(self, key: str, value: bytes | memoryview) -> None:
-        """Stores ``value`` under ``key`` (bytes as they are: no zarr ``Buffer`` around them)."""
-
-    async def set_bytes_async(self, key: str, value: bytes | memoryview) -> None:
-        """:meth:`set_bytes_sync` without blocking the running loop."""
-        self.set_bytes_sync(key, value)
-
-    @abstractmethod
-    def delete_sync(self, key: str) -> None:
-        """Deletes ``key``."""
-
-    @abstractmethod
-    def listed_keys(self) -> list[str]:
-        """Every key the store lists."""
-
-    @abstractmethod
-    def list_dir_sync(self, prefix: str) -> Iterator[str]:
-        """Names directly under ``prefix`` (no trailing ``/``; ``""`` for the root)."""
-
-    @abstractmethod
-    def with_read_only(self, read_only: bool = False) -> SyncZarrStore:
-        """The same store, refusing writes if ``read_only``."""
+class SyncZarrStore(ZarrStore, StorePrimitives):
+    """A zarr-python 3 store built on :class:`StorePrimitives` (e.g. archives). Nodes are
+    then opened and records written without a round trip through zarr's event-loop thread,
+    which costs a few hundred microseconds per call."""
 
     # -- zarr-python 3's protocol -------------------------------------------------------
 
@@ -224,6 +166,15 @@ class SyncZarrStore(ZarrStore):
             yield name
 
 
+#: The zarr formats zarr-python 3 reads and writes.
+ZARR_FORMATS: tuple[ZarrFormat, ...] = (2, 3)
+
+
+def check_zarr_format(zarr_format: object) -> ZarrFormat:
+    """``zarr_format`` if zarr-python 3 writes it (2 or 3), ValueError otherwise."""
+    return checked_format(zarr_format, ZARR_FORMATS, zarr.__version__)
+
+
 def zarr_loop() -> asyncio.AbstractEventLoop:
     """The loop zarr-python runs its coroutines on."""
     return _get_loop()
@@ -232,6 +183,11 @@ def zarr_loop() -> asyncio.AbstractEventLoop:
 def run_zarr(coroutine: Coroutine[Any, Any, T]) -> T:
     """Runs a coroutine of a zarr store on zarr's own loop (from synchronous code)."""
     return sync(coroutine, zarr_loop())
+
+
+def is_zarr_store(value: object) -> bool:
+    """True for stores of zarr-python 3."""
+    return isinstance(value, ZarrStore)
 
 
 def is_group(node: object) -> bool:
@@ -275,36 +231,21 @@ def create_group(store: ZarrStore, attributes: dict[str, Any], zarr_format: Zarr
     return zarr.Group.from_store(store, attributes=attributes, zarr_format=zarr_format, overwrite=False)
 
 
-@contextlib.contextmanager
-def _parsing(where: object, path: str) -> Iterator[None]:
-    """Turns what zarr-python (or numcodecs) raises for node metadata it can't understand
-    (damaged JSON: TypeErrors, KeyErrors...) into :class:`NodeMetadataError`."""
-    try:
-        yield
-    except (NcoreLikeError, FileNotFoundError):
-        raise
-    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as error:
-        name = path or "/"
-        raise NodeMetadataError(
-            f"the metadata of node {name!r} can't be understood ({type(error).__name__}: {error})", archive=str(where)
-        ) from error
-
-
 def open_group(store: ZarrStore) -> zarr.Group:
     """Opens the root group for reading from its node metadata records."""
-    with _parsing(store, ""):
+    with parsing(store, ""):
         return zarr.open_group(store=store, mode="r", use_consolidated=False)
 
 
 def member_names(group: zarr.Group) -> list[str]:
     """Names of the direct members of a group (their metadata is parsed)."""
-    with _parsing(group.store, group.path):
+    with parsing(group.store, group.path):
         return [name for name, _ in group.members()]
 
 
 def member_nodes(group: zarr.Group) -> list[tuple[str, ZarrNode]]:
     """The direct members of a group with their names."""
-    with _parsing(group.store, group.path):
+    with parsing(group.store, group.path):
         return list(group.members())
 
 
@@ -492,17 +433,8 @@ def create_array_node(
     fill_value: Any,
     attributes: dict[str, Any] | None,
 ) -> ZarrArray:
-    """Writes the node metadata records of an array (no chunks) in ``group`` and returns
-    zarr-python's array (see :func:`write_array_metadata`); names with ``/`` also create the
-    groups in between, as zarr-python does."""
-    dtype = np.dtype(dtype)
-    if "/" in name:
-        compressors = _compressors(blosc, array_zarr_format(group), max(1, dtype.itemsize))
-        creation = group._async_group.create_array(
-            name, shape=shape, dtype=dtype, chunks=chunks, compressors=compressors, filters=None,
-            fill_value=fill_value, attributes=attributes, config=_WRITE_CONFIG,
-        )  # fmt: skip
-        return zarr.Array(run_zarr(creation))
+    """Writes the node metadata records of an array ``name`` (a direct member) in ``group``
+    and returns zarr-python's array (see :func:`write_array_metadata`)."""
     path, document = write_array_metadata(
         group, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
         attributes=attributes,
@@ -741,7 +673,7 @@ def open_member(group: zarr.Group, path: str) -> zarr.Group | ZarrArray | None:
             return group[path]
         except KeyError:
             return None
-    with _parsing(store, full):
+    with parsing(store, full):
         return _open_member_sync(group, store, full)
 
 
@@ -751,7 +683,7 @@ def array_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -
     arrays created by ncore_like do)."""
     from zarr.core.array import AsyncArray, parse_array_metadata
 
-    with _parsing(store, path):
+    with parsing(store, path):
         metadata = parse_array_metadata(document)
     array: Any = AsyncArray(metadata=metadata, store_path=StorePath(store, path), config=_WRITE_CONFIG)
     return zarr.Array(array)
@@ -759,7 +691,7 @@ def array_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -
 
 def group_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -> zarr.Group:
     """zarr-python's group at ``path`` from its metadata document, without store I/O."""
-    with _parsing(store, path):
+    with parsing(store, path):
         return zarr.Group(AsyncGroup.from_dict(StorePath(store, path), document))
 
 

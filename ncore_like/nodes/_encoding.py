@@ -20,8 +20,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .._codecs import blosc
-from .._compat import guess_chunks
+from .._codecs import blosc_compress
+from .._compat import check_zarr_format, guess_chunks
 from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
 from .._defaults import ENCODE_AHEAD_BYTES
 from ._compression import BloscCompression
@@ -43,13 +43,6 @@ __all__ = [
 ZarrFormat = Literal[2, 3]
 ChunksLike = tuple[int, ...] | Literal["single", "auto"]
 DEFAULT_COMPRESSION = BloscCompression()
-
-
-def check_zarr_format(zarr_format: object) -> ZarrFormat:
-    """``zarr_format`` if the installed zarr-python writes it, ValueError otherwise."""
-    if zarr_format not in (2, 3):
-        raise ValueError(f"unsupported zarr format {zarr_format!r} (zarr-python 3 writes formats 2 and 3)")
-    return zarr_format
 
 
 def storage_dtype(dtype: npt.DTypeLike, zarr_format: ZarrFormat) -> np.dtype[Any]:
@@ -126,13 +119,8 @@ def encode_chunk(
     raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     if compression is None:
         return raw.tobytes() if copy else memoryview(raw)  # type: ignore[arg-type]
-    return blosc.compress(  # type: ignore[no-any-return]
-        raw,
-        compression.cname.encode(),
-        compression.clevel,
-        compression.shuffle_id,
-        compression.blocksize,
-        values.dtype.itemsize,
+    return blosc_compress(
+        raw, compression.cname, compression.clevel, compression.shuffle_id, compression.blocksize, values.dtype.itemsize
     )
 
 

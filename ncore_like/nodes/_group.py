@@ -225,9 +225,21 @@ class Group(Node[ZarrGroup]):
             raise ReadOnlyError("store is opened for reading, can't create members", archive=where)
 
     def create_group(self, name: str, *, attributes: Attributes | None = None) -> Group:
-        """Creates a member group (an error if a member of that name exists)."""
+        """Creates a member group (an error if a member of that name exists); a nested name
+        (``"a/b"``) also creates the groups in between."""
         self._check_writable()
-        return Group(create_subgroup(self.zarr, name, dict(attributes or {})), self._cache, self._store, self._backend)
+        parent_path, _, leaf = name.strip("/").rpartition("/")
+        parent = self._required_path(parent_path)
+        created = create_subgroup(parent.zarr, leaf, dict(attributes or {}))
+        return Group(created, self._cache, self._store, self._backend)
+
+    def _required_path(self, path: str) -> Group:
+        """The group at ``path`` under this one, creating missing groups one level at a time
+        (so the records are written in the same order under every zarr-python version)."""
+        group = self
+        for part in path.split("/") if path else ():
+            group = group.require_group(part)
+        return group
 
     def require_group(self, name: str) -> Group:
         """The member group ``name``, created if it doesn't exist yet."""
@@ -283,9 +295,13 @@ class Group(Node[ZarrGroup]):
         """Writes the node metadata of a new member array and returns it: as a view of the
         metadata written when the group belongs to a store (zarr-python's array is built only
         if something needs it), else wrapping zarr-python's array."""
+        parent_path, _, leaf = name.strip("/").rpartition("/")
+        if parent_path:
+            parent = self._required_path(parent_path)
+            return parent._new_array(leaf, shape, dtype, chunks, compression, fill_value, attributes)
         blosc = compression.to_numcodecs() if compression is not None else None
         attrs = dict(attributes) if attributes else None
-        if self._store is None or "/" in name:
+        if self._store is None:
             node = create_array_node(
                 self.zarr, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
                 attributes=attrs,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from .._compat import ZarrStore, local_store
+from .._compat import ZarrStore, is_zarr_store, local_store
 from ..archive._location import Location
 from ._base import Store
 
@@ -19,7 +19,7 @@ class ZarrStoreAdapter(Store):
     """A zarr hierarchy in any zarr-python store: in memory, a local directory, fsspec..."""
 
     def __init__(self, zarr_store: ZarrStore) -> None:
-        if not isinstance(zarr_store, ZarrStore):
+        if not is_zarr_store(zarr_store):
             raise TypeError(f"expected a zarr-python store, got {type(zarr_store).__name__}")
         super().__init__(zarr_store)
 

@@ -18,6 +18,7 @@ from .._compat import (
     ZarrGroup,
     ZarrStore,
     array_from_document,
+    check_zarr_format,
     create_group,
     group_from_document,
     group_from_node_metadata,
@@ -187,8 +188,10 @@ class Store(ABC):
         zarr-python versions) or 3. Its arrays read through ``backend`` (default: a new
         :class:`~ncore_like.backend.Backend` with the default settings)."""
         self._check_writable()
-        if zarr_format not in (2, 3):
-            raise ValueError(f"{self.name}: unsupported zarr format {zarr_format!r} (expected 2 or 3)")
+        try:
+            zarr_format = check_zarr_format(zarr_format)
+        except ValueError as error:
+            raise ValueError(f"{self.name}: {error}") from None
         return _typed().create_root_group(self, dict(attributes or {}), zarr_format, backend)
 
     def create_zarr_root_group(self, attributes: Attributes, zarr_format: ZarrFormat) -> ZarrGroup:

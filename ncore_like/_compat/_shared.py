@@ -1,0 +1,106 @@
+"""What both zarr-python modules of the seam share: turning metadata errors into
+:class:`NodeMetadataError`, and the node metadata records ncore_like writes itself, byte
+for byte as zarr-python 3 writes them (so archives written under either zarr-python
+version are identical)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from ..errors import NcoreLikeError, NodeMetadataError
+
+__all__ = ["JSON_INDENT", "StorePrimitives", "checked_format", "encode_json", "group_records_v2", "parsing"]
+
+#: zarr-python 3's default indent of node metadata JSON (its ``json_indent`` setting).
+JSON_INDENT = 2
+
+
+def encode_json(document: Any, indent: int | None = JSON_INDENT) -> bytes:
+    """A node metadata document as zarr-python 3 serialises it."""
+    return json.dumps(document, allow_nan=True, indent=indent).encode()
+
+
+def group_records_v2(attributes: dict[str, Any], indent: int | None = JSON_INDENT) -> dict[str, bytes]:
+    """The ``.zgroup`` and ``.zattrs`` records of a zarr format 2 group, by name."""
+    return {".zgroup": encode_json({"zarr_format": 2}, indent), ".zattrs": encode_json(attributes, indent)}
+
+
+@contextlib.contextmanager
+def parsing(where: object, path: str) -> Iterator[None]:
+    """Turns what zarr-python (or numcodecs) raises for node metadata it can't understand
+    (damaged JSON: TypeErrors, KeyErrors...) into :class:`NodeMetadataError`."""
+    try:
+        yield
+    except (NcoreLikeError, FileNotFoundError):
+        raise
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as error:
+        name = path or "/"
+        raise NodeMetadataError(
+            f"the metadata of node {name!r} can't be understood ({type(error).__name__}: {error})", archive=str(where)
+        ) from error
+
+
+class StorePrimitives(ABC):
+    """The synchronous primitives of a store written once for every zarr-python version
+    (e.g. archives): each version's ``SyncZarrStore`` turns them into its store protocol."""
+
+    @abstractmethod
+    def value_size(self, key: str) -> int | None:
+        """The size of the value of ``key``, None if there is none."""
+
+    @abstractmethod
+    def read_value(self, key: str) -> bytes | None:
+        """The whole value of ``key``, None if there is none."""
+
+    @abstractmethod
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of the value of ``key`` (which exists)."""
+
+    async def read_value_async(self, key: str) -> bytes | None:
+        """:meth:`read_value` without blocking the running loop."""
+        return self.read_value(key)
+
+    async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
+        """:meth:`read_range` without blocking the running loop."""
+        return self.read_range(key, start, stop)
+
+    @abstractmethod
+    def exists_sync(self, key: str) -> bool:
+        """True if the store holds ``key``."""
+
+    @abstractmethod
+    def set_bytes_sync(self, key: str, value: bytes | memoryview) -> None:
+        """Stores ``value`` under ``key`` (bytes as they are: no zarr ``Buffer`` around them)."""
+
+    async def set_bytes_async(self, key: str, value: bytes | memoryview) -> None:
+        """:meth:`set_bytes_sync` without blocking the running loop."""
+        self.set_bytes_sync(key, value)
+
+    @abstractmethod
+    def delete_sync(self, key: str) -> None:
+        """Deletes ``key``."""
+
+    @abstractmethod
+    def listed_keys(self) -> list[str]:
+        """Every key the store lists."""
+
+    @abstractmethod
+    def list_dir_sync(self, prefix: str) -> Iterator[str]:
+        """Names directly under ``prefix`` (no trailing ``/``; ``""`` for the root)."""
+
+
+def checked_format(zarr_format: object, formats: tuple[int, ...], zarr_version: str) -> Literal[2, 3]:
+    """``zarr_format`` if the installed zarr-python (``formats``) reads and writes it, else a
+    ValueError that says what does."""
+    if zarr_format not in formats:
+        if zarr_format in (2, 3):
+            raise ValueError(
+                f"zarr format {zarr_format} needs zarr-python 3 (zarr-python {zarr_version} is installed, "
+                f"which reads and writes zarr format 2)"
+            )
+        raise ValueError(f"unsupported zarr format {zarr_format!r} (expected 2 or 3)")
+    return zarr_format  # type: ignore[return-value]
