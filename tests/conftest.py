@@ -3,4 +3,12 @@ come from tests.support.fixtures."""
 
 from __future__ import annotations
 
+import pytest
+
+from tests.support.zarr_version import skip_format_3
+
 pytest_plugins = ["tests.support.fixtures"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_format_3(items)

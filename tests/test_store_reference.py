@@ -12,6 +12,7 @@ import pytest
 import zarr
 
 from ncore_like import IndexedTarZarrStore
+from tests.support import zarr_api
 from tests.support.reference import run_reference
 from tests.test_store import write_hierarchy
 
@@ -24,7 +25,7 @@ def dump_ours(group: zarr.Group) -> dict[str, Any]:
     arrays: dict[str, Any] = {}
 
     def walk(node: zarr.Group, prefix: str) -> None:
-        for name, member in node.members():
+        for name, member in zarr_api.members(node):
             path = f"{prefix}{name}"
             if isinstance(member, zarr.Group):
                 groups[path] = dict(member.attrs)

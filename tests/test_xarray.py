@@ -15,6 +15,7 @@ import zarr
 from upath import UPath
 
 from ncore_like import IndexedTarArchive, IndexedTarZarrStore
+from tests.support import zarr_api
 from tests.support.fixtures import HttpRoot
 
 xr = pytest.importorskip("xarray", reason="xarray is an optional extra")
@@ -38,7 +39,7 @@ def write_archive(location: Path | UPath, zarr_format: int, *, group: str | None
     dataset = sample()
     with IndexedTarZarrStore(location, mode="w") as store:
         if group is not None:
-            zarr.open_group(store.zarr, mode="w", zarr_format=zarr_format)  # the root group first
+            zarr_api.open_group(store.zarr, "w", zarr_format=zarr_format)  # the root group first
         dataset.to_zarr(store.zarr, group=group, zarr_format=zarr_format, consolidated=False)
         store.consolidate()
     return dataset
@@ -78,11 +79,12 @@ def test_open_dataset_of_a_group(tmp_path: Path) -> None:
         xr.testing.assert_identical(opened.load(), dataset)
 
 
-def test_open_dataset_over_http_and_s3(tmp_path: Path, http_root: HttpRoot, s3_bucket: UPath) -> None:
-    dataset = write_archive(http_root.directory / "seq.itar", 2)
+@pytest.mark.parametrize("zarr_format", FORMATS)
+def test_open_dataset_over_http_and_s3(tmp_path: Path, http_root: HttpRoot, s3_bucket: UPath, zarr_format: int) -> None:
+    dataset = write_archive(http_root.directory / "seq.itar", zarr_format)
     with xr.open_dataset(f"{http_root.base_url}/seq.itar", engine="ncore_like") as opened:
         xr.testing.assert_identical(opened.load(), dataset)
-    write_archive(s3_bucket / "seq.itar", 3)
+    write_archive(s3_bucket / "seq.itar", zarr_format)
     url, options = str(s3_bucket / "seq.itar"), dict(s3_bucket.storage_options)
     with xr.open_dataset(url, engine="ncore_like", storage_options=options) as opened:
         xr.testing.assert_identical(opened.load(), dataset)
@@ -100,14 +102,15 @@ def test_a_damaged_consolidated_record_still_opens_unconsolidated(tmp_path: Path
     xr.testing.assert_identical(opened.load(), dataset)
 
 
-def test_an_extracted_hierarchy_opens_consolidated_in_zarr_python(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zarr_format", FORMATS)
+def test_an_extracted_hierarchy_opens_consolidated_in_zarr_python(tmp_path: Path, zarr_format: int) -> None:
     from ncore_like.cli import main
 
     path = tmp_path / "seq.itar"
-    dataset = write_archive(path, 3)
+    dataset = write_archive(path, zarr_format)
     folder = tmp_path / "seq.zarr"
     assert main(["extract", "-q", str(path), "-C", str(folder)]) == 0
-    assert not (folder / "zarr.json.cbor.zlib").exists()
+    assert not (folder / "zarr.json.cbor.zlib").exists() and not (folder / ".zmetadata.cbor.xz").exists()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         opened = xr.open_zarr(folder)

@@ -275,6 +275,9 @@ def create_subgroup(group: ZarrGroup, name: str, attributes: dict[str, Any]) -> 
 def open_group(store: ZarrStore) -> ZarrGroup:
     """Opens the root group for reading from its node metadata records."""
     _refuse_format_3(store, "")
+    if not record_exists(store, ".zgroup"):
+        # What zarr-python 3 raises (zarr-python 2's error is a ValueError).
+        raise FileNotFoundError(f"No group found in store {store!r} at path ''")
     with parsing(store, ""):
         return zarr.open_group(store=store, mode="r")
 
