@@ -391,7 +391,8 @@ def _array_template(
             "compressor": None if blosc is None else blosc.get_config(),
             "zarr_format": 2,
         }
-        return _ArrayTemplate(document, encode_json(document))
+        zarray = encode_json(document)
+        return _ArrayTemplate(json.loads(zarray), zarray)  # the document as stored (e.g. lists, not tuples)
 
     template = _templates.get_or_put(key, make)
     assert template is not None
@@ -497,11 +498,21 @@ def array_zarr_format(array: ZarrArray | ZarrGroup) -> ZarrFormat:
     return 2
 
 
+def _is_bool_array(item: Any) -> bool:
+    return isinstance(item, np.ndarray) and item.dtype == np.bool_
+
+
 def selection_kind(array: ZarrArray, selection: Any) -> SelectionKind:
-    """How zarr-python's ``array[selection]`` interprets a selection."""
+    """How ``array[selection]`` reads a selection, as zarr-python 3 classifies it (zarr-python
+    2's ``[]`` takes no boolean arrays, which it reads through ``vindex`` and ``oindex``)."""
     from zarr.indexing import is_pure_fancy_indexing, is_pure_orthogonal_indexing, pop_fields
 
     _, pure = pop_fields(selection)
+    if _is_bool_array(pure):
+        # A mask over the whole array selects elements; a shorter one selects along axis 0.
+        return "fancy" if pure.ndim == array.ndim else "orthogonal"
+    if isinstance(pure, tuple) and any(_is_bool_array(item) for item in pure):
+        return "orthogonal"
     if is_pure_fancy_indexing(pure, array.ndim):
         return "fancy"
     if is_pure_orthogonal_indexing(pure, array.ndim):
@@ -527,19 +538,21 @@ def read_selection(
 ) -> np.ndarray[Any, Any]:
     """zarr-python's reading of a selection, into ``out`` if given."""
     if out is None:
-        values = np.asarray(array[selection])
-        dtype = np.dtype(array.dtype)
-        if dtype.kind == "S" and values.dtype != dtype:
-            # Single fixed-length bytes come as numpy scalars, which drop their trailing
-            # NULs: padded back, the bytes are the stored ones.
-            values = values.astype(dtype)
-        return values
+        # Read into an array of the selection's shape: single fixed-length bytes keep their
+        # trailing NULs (a numpy scalar would drop them).
+        out = np.empty(selection_shape(array, selection, kind), dtype=array.dtype)
+    if array.fill_value is None:
+        # zarr format 2's null fill value: zarr-python 2 leaves the elements of unwritten
+        # chunks as they were; they read as the dtype's zero, as on the fast path.
+        out[...] = np.zeros((), out.dtype)
     if kind == "basic":
         array.get_basic_selection(selection, out=out)
     elif kind == "orthogonal":
         array.get_orthogonal_selection(selection, out=out)
+    elif _is_bool_array(selection):
+        array.get_mask_selection(selection, out=out)
     else:
-        out[...] = np.asarray(array[selection])
+        array.get_coordinate_selection(selection, out=out)
     return out
 
 

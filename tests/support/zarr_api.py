@@ -29,14 +29,14 @@ def directory_store(path: str | Path, *, read_only: bool = False) -> Any:
     """zarr-python's store of a local directory (zarr-python 2's has no read-only mode)."""
     if ZARR_MAJOR >= 3:
         return zarr.storage.LocalStore(str(path), read_only=read_only)
-    return zarr.storage.DirectoryStore(str(path))
+    return zarr.storage.DirectoryStore(str(path))  # type: ignore[attr-defined]  # zarr-python 2
 
 
 def fsspec_store(url: str, *, read_only: bool = False) -> Any:
     """zarr-python's store of an fsspec URL."""
     if ZARR_MAJOR >= 3:
         return zarr.storage.FsspecStore.from_url(url, read_only=read_only)
-    return zarr.storage.FSStore(url, mode="r" if read_only else "w")
+    return zarr.storage.FSStore(url, mode="r" if read_only else "w")  # type: ignore[attr-defined]  # zarr-python 2
 
 
 def open_group(store: Any, mode: str = "r", *, zarr_format: int = 2, attributes: dict[str, Any] | None = None) -> Any:
@@ -45,7 +45,7 @@ def open_group(store: Any, mode: str = "r", *, zarr_format: int = 2, attributes:
         if mode == "w":
             return zarr.open_group(store, mode="w", zarr_format=zarr_format, attributes=attributes or {})  # type: ignore[arg-type]
         return zarr.open_group(store, mode=mode)  # type: ignore[arg-type]
-    group = zarr.open_group(store, mode=mode)
+    group = zarr.open_group(store, mode=mode)  # type: ignore[arg-type]
     if mode == "w" and attributes:
         group.attrs.update(attributes)
     return group
@@ -144,7 +144,7 @@ def write_values(array: Any, data: Any, selection: Any = Ellipsis) -> None:
         array.with_config({"write_empty_chunks": True})[selection] = data
         return
     if not array.write_empty_chunks:
-        array = zarr.Array(array.store, path=array.path, chunk_store=array.chunk_store, write_empty_chunks=True)
+        array = zarr.Array(array.store, path=array.path, chunk_store=array.chunk_store, write_empty_chunks=True)  # type: ignore[call-arg]
     array[selection] = data
 
 
@@ -237,7 +237,7 @@ def chunk_reading() -> tuple[Any, str]:
         return zarr.core.codec_pipeline.BatchedCodecPipeline, "read"
     import zarr.core
 
-    return zarr.core.Array, "_chunk_getitems"
+    return zarr.core.Array, "_chunk_getitems"  # type: ignore[attr-defined]
 
 
 def indexing_module() -> Any:
