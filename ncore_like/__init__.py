@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
         IndexedTarArchive as IndexedTarArchive,
         IndexTailRetention as IndexTailRetention,
         Record as Record,
+        RecordCache as RecordCache,
     )
     from .backend import (
         Backend as Backend,
@@ -63,7 +64,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["set_sync_timeout", "set_worker_threads", "sync_timeout", "worker_threads"], "._concurrency"),
     "clear_caches": "._lru",
-    **dict.fromkeys(["IndexedTarArchive", "IndexTailRetention", "Record"], ".archive"),
+    **dict.fromkeys(["IndexedTarArchive", "IndexTailRetention", "Record", "RecordCache"], ".archive"),
     "Backend": ".backend",
     **dict.fromkeys(
         [

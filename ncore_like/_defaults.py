@@ -7,6 +7,8 @@ from __future__ import annotations
 
 __all__ = [
     "BULK_READ_AHEAD_BYTES",
+    "CACHE_MAX_BYTES",
+    "CACHE_TTL",
     "DECODED_CONSOLIDATED_RECORDS",
     "DECODED_INDEX_RECORDS",
     "ENCODE_AHEAD_BYTES",
@@ -77,3 +79,12 @@ DECODED_CONSOLIDATED_RECORDS = 64
 
 #: Opened nodes a NodeCache keeps unless told otherwise.
 NODE_CACHE_SIZE = 4096
+
+#: Bytes a local record cache of remote archives keeps by default (``RecordCache``): the
+#: frames a training job samples from hundreds of sequences, a small share of a local NVMe.
+CACHE_MAX_BYTES = 10 << 30
+
+#: Seconds a record cache trusts an object version it checked (``RecordCache``): DataLoader
+#: workers and collections reopen the same archives within seconds, and each check costs a
+#: round trip; archives are written once, so a minute is how long a rewrite may go unseen.
+CACHE_TTL = 60.0

@@ -14,6 +14,7 @@ from ._location import Location
 
 if TYPE_CHECKING:
     from ._bulk import map_records as map_records, read_records as read_records, scan_records as scan_records
+    from ._cache import RecordCache as RecordCache
     from ._verify import (
         ArchiveReport as ArchiveReport,
         Problem as Problem,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "RecordCache": "._cache",
     **dict.fromkeys(["map_records", "read_records", "scan_records"], "._bulk"),
     **dict.fromkeys(
         [
@@ -49,6 +51,7 @@ __all__ = [
     "Location",
     "Problem",
     "Record",
+    "RecordCache",
     "TarMember",
     "TarStop",
     "VerifyProgress",

@@ -22,6 +22,7 @@ from ..errors import (
     RecordExistsError,
     RemoteStorageError,
 )
+from ._cache import CachedSource, CacheOption, RecordCache, as_cache, cached_source
 from ._checksum import checksum
 from ._format import (
     BLOCK_SIZE,
@@ -104,10 +105,13 @@ def _naming(error: RemoteStorageError, key: str) -> RemoteStorageError:
     return RemoteStorageError(f"record {key!r}: {error.detail}", archive=error.archive, key=key)
 
 
-def _open_source(location: Location, range_reads: bool) -> RecordSource:
+def _open_source(
+    location: Location, range_reads: bool, cache: RecordCache | None = None, version: str | None = None
+) -> RecordSource:
     if location.local is not None:
-        return LocalSource(location.local)
-    return FsspecSource(location, range_reads=range_reads)
+        return LocalSource(location.local)  # a local read is one pread already: no cache
+    source = FsspecSource(location, range_reads=range_reads)
+    return source if cache is None else cached_source(source, cache, version)
 
 
 class IndexedTarArchive:
@@ -143,6 +147,10 @@ class IndexedTarArchive:
         checksums: When writing, store the CRC32C of every record (in its tar header, which
             lets :func:`~ncore_like.recover` check records of an unfinished archive, and in
             the index). ``False`` writes archives byte-identical to nvidia-ncore's.
+        cache: A :class:`~ncore_like.RecordCache` (or the path of its folder) keeping the
+            tail and the records read from a remote archive on local disk, for reading them
+            again without a request (see the remote page). Local archives, and archives
+            opened for writing, don't use it.
 
     Writing: records are write-once (a second write of a key raises
     :class:`~ncore_like.RecordExistsError`), except *node metadata records* (``.zgroup``,
@@ -168,6 +176,7 @@ class IndexedTarArchive:
     _source: RecordSource | None
     _writer: ArchiveWriter | None
     _crcs: list[int] | None
+    _cache: RecordCache | None
 
     def __init__(
         self,
@@ -179,14 +188,15 @@ class IndexedTarArchive:
         verify_checksums: bool | None = None,
         checksums: bool = True,
         storage_options: Mapping[str, Any] | None = None,
+        cache: CacheOption = None,
     ) -> None:
         location = Location(itar_path, storage_options)
-        self._init_state(location, mode, index_tail_read_size, remote_range_reads, verify_checksums)
+        self._init_state(location, mode, index_tail_read_size, remote_range_reads, verify_checksums, as_cache(cache))
         if mode == "w":
             self._writer = ArchiveWriter(self._location, checksums=checksums)
             self._crcs = self._writer.crcs
             return
-        source = _open_source(self._location, self._remote_range_reads)
+        source = _open_source(self._location, self._remote_range_reads, self._cache)
         self._source = source
         self._is_remote = source.is_remote
         self._verify = self._is_remote if verify_checksums is None else bool(verify_checksums)
@@ -199,6 +209,7 @@ class IndexedTarArchive:
         except BaseException:
             source.close()
             raise
+        self._check_cached_records(source)
 
     def _init_state(
         self,
@@ -207,6 +218,7 @@ class IndexedTarArchive:
         index_tail_read_size: int | None,
         remote_range_reads: bool,
         verify_checksums: bool | None = None,
+        cache: RecordCache | None = None,
     ) -> None:
         if mode not in ("r", "w"):
             raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r' or 'w')")
@@ -226,6 +238,8 @@ class IndexedTarArchive:
         self._positions: dict[str, int] = {}
         self._verify_checksums = verify_checksums
         self._verify = bool(verify_checksums)
+        self._cache = cache
+        self._cache_version: str | None = None  # of an unpickled archive: the version its index is of
         # Reading: the bytes of the tail read, records prefetched by open_async.
         self._source = None
         self._is_remote = False
@@ -296,6 +310,33 @@ class IndexedTarArchive:
         else:
             self._set_index(*cached)
 
+    def _check_cached_records(self, source: RecordSource) -> None:
+        # Records read from a cache are checked as reads check records, once: against the
+        # archive's checksums where it has them (a mismatch drops the cached copy and reads
+        # the record again), else against the cache's own CRC32C; not at all when
+        # verify_checksums=False chose speed.
+        if isinstance(source, CachedSource):
+            source.verify_hits = self._verify and not self.verify_checksums
+
+    def _read_again(self, key: str, offset: int, size: int, error: ChecksumError) -> bytes:
+        """After ``error`` (a record that failed its checksum): drops a cached copy of the
+        record and reads it from storage once more; raises ``error`` if there was none."""
+        source = self._source
+        if not isinstance(source, CachedSource) or not source.discard(offset, size):
+            raise error
+        data = source.read(offset, size)
+        self.check_payload(key, data)
+        return data
+
+    async def _read_again_async(self, key: str, offset: int, size: int, error: ChecksumError) -> bytes:
+        """:meth:`_read_again` without blocking the running loop."""
+        source = self._source
+        if not isinstance(source, CachedSource) or not source.discard(offset, size):
+            raise error
+        data = await source.read_async(offset, size)
+        self.check_payload(key, data)
+        return data
+
     @classmethod
     async def open_async(
         cls,
@@ -306,6 +347,7 @@ class IndexedTarArchive:
         *,
         verify_checksums: bool | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        cache: CacheOption = None,
     ) -> IndexedTarArchive:
         """Opens an archive for reading without blocking the running event loop.
 
@@ -316,18 +358,25 @@ class IndexedTarArchive:
         while opening and held in memory until they are read once.
         """
         location = Location(itar_path, storage_options)
-        source = _open_source(location, remote_range_reads)
+        record_cache = as_cache(cache)
+        source = _open_source(location, remote_range_reads, record_cache)
         if not source.is_remote:
             source.close()
             archive = await run_in_worker(
                 functools.partial(
-                    cls, location, "r", index_tail_read_size, remote_range_reads, verify_checksums=verify_checksums
+                    cls,
+                    location,
+                    "r",
+                    index_tail_read_size,
+                    remote_range_reads,
+                    verify_checksums=verify_checksums,
+                    cache=record_cache,
                 )
             )
             await run_in_worker(archive._prefetch, tuple(prefetch_keys))
             return archive
         archive = cls.__new__(cls)
-        archive._init_state(location, "r", index_tail_read_size, remote_range_reads, verify_checksums)
+        archive._init_state(location, "r", index_tail_read_size, remote_range_reads, verify_checksums, record_cache)
         archive._source, archive._is_remote = source, True
         archive._verify = True if verify_checksums is None else bool(verify_checksums)
         try:
@@ -336,6 +385,7 @@ class IndexedTarArchive:
             if index_data is None:
                 index_data = await source.read_async(header.offset, header.size)
             archive._load_index(index_data, header)
+            archive._check_cached_records(source)
             await archive._prefetch_async(tuple(prefetch_keys))
         except BaseException:
             source.close()
@@ -391,6 +441,11 @@ class IndexedTarArchive:
     def remote_range_reads(self) -> bool:
         """True if synchronous reads of remote archives use exact range requests."""
         return self._remote_range_reads
+
+    @property
+    def cache(self) -> RecordCache | None:
+        """The local cache of the records of this remote archive (None for none)."""
+        return self._cache if self._location.local is None and self._mode == "r" else None
 
     @property
     def file_size(self) -> int:
@@ -506,8 +561,10 @@ class IndexedTarArchive:
         if source is None:  # unpickled: opened on first use
             with self._lock:
                 if self._source is None:
-                    self._source = _open_source(self._location, self._remote_range_reads)
-                    self._source.set_file_size(self._file_size)
+                    opened = _open_source(self._location, self._remote_range_reads, self._cache, self._cache_version)
+                    opened.set_file_size(self._file_size)
+                    self._check_cached_records(opened)
+                    self._source = opened
                 source = self._source
         return source
 
@@ -545,7 +602,10 @@ class IndexedTarArchive:
                 except RemoteStorageError as error:
                     raise _naming(error, key) from error
         if self._verify:
-            self.check_payload(key, data)
+            try:
+                self.check_payload(key, data)
+            except ChecksumError as error:
+                data = self._read_again(key, offset, size, error)
         return data
 
     def read_into(self, key: str, buffer: memoryview) -> None:
@@ -567,9 +627,9 @@ class IndexedTarArchive:
         if self._verify:
             try:
                 self.check_payload(key, buffer)
-            except ChecksumError:
+            except ChecksumError as error:
                 buffer[:] = bytes(len(buffer))  # the damaged bytes never reach the caller
-                raise
+                buffer[:] = self._read_again(key, offset, size, error)
 
     def read_span(self, offset: int, size: int) -> bytes:
         """Bytes ``[offset, offset + size)`` of the archive file: several adjacent records at
@@ -583,6 +643,10 @@ class IndexedTarArchive:
                 f"{self._name}: span [{offset}, {offset + size}) lies outside the file of {self._file_size} bytes"
             )
         source = self._live_source()
+        if isinstance(source, CachedSource):
+            # Scans stream past the cache: a pass over whole sequences would evict what random
+            # access reads again.
+            source = source.inner
         if self._is_remote:  # an exact range request, also where records use the buffered file
             return sync(source.read_async(offset, size), io_loop())
         return source.read(offset, size)
@@ -620,7 +684,10 @@ class IndexedTarArchive:
             except RemoteStorageError as error:
                 raise _naming(error, key) from error
         if self._verify:
-            self.check_payload(key, data)
+            try:
+                self.check_payload(key, data)
+            except ChecksumError as error:
+                data = await self._read_again_async(key, offset, size, error)
         return data
 
     async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
@@ -852,13 +919,23 @@ class IndexedTarArchive:
             "verify_checksums": self._verify_checksums,
             "verify": self._verify,
             "index": (self._keys, self._offsets, self._sizes, self._crcs),
+            # The cache's settings, and the object version the index is of (records read in
+            # the other process are cached under it).
+            "cache": self._cache,
+            "cache_version": self._source.version if isinstance(self._source, CachedSource) else self._cache_version,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         location: Location = state["location"]
         self._init_state(
-            location, "r", state["index_tail_read_size"], state["remote_range_reads"], state["verify_checksums"]
+            location,
+            "r",
+            state["index_tail_read_size"],
+            state["remote_range_reads"],
+            state["verify_checksums"],
+            state.get("cache"),
         )
+        self._cache_version = state.get("cache_version")
         self._verify = state["verify"]
         self._is_remote = state["is_remote"]
         self._file_size = state["file_size"]

@@ -20,7 +20,7 @@ import random
 import stat
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from .._concurrency import await_on_loop, fsspec_loop, run_in_worker, sync
@@ -195,6 +195,16 @@ class FsspecSource:
     def is_remote(self) -> bool:
         return self._remote
 
+    @property
+    def name(self) -> str:
+        """The archive's URL."""
+        return self._name
+
+    @property
+    def storage_options(self) -> Mapping[str, Any]:
+        """The options of the archive's filesystem."""
+        return self._upath.storage_options
+
     def _filesystem(self) -> Any:
         if self._pid != os.getpid():
             with self._lock:
@@ -248,6 +258,33 @@ class FsspecSource:
 
     def set_file_size(self, size: int) -> None:
         self._file_size = size
+
+    def info(self) -> dict[str, Any] | None:
+        """The object's details as the filesystem reports them (one small request, e.g. a
+        HEAD: size, ETag...), None if they can't be had; for telling whether it changed."""
+        fs = self._filesystem()
+        with contextlib.suppress(Exception):  # s3fs answers from its listings cache otherwise
+            fs.invalidate_cache(self._path)
+        try:
+            return dict(_retrying(lambda: fs.info(self._path), self._name, "the object's details"))
+        except Exception:  # the reads that follow report what is wrong
+            return None
+
+    async def info_async(self) -> dict[str, Any] | None:
+        """:meth:`info`, without blocking the running loop."""
+        fs = self._filesystem()
+        if not self.is_remote:
+            return await run_in_worker(self.info)
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(self._path)
+
+        async def once() -> dict[str, Any]:
+            return dict(await await_on_loop(fs._info(self._path), fsspec_loop(fs)))
+
+        try:
+            return await _retrying_async(once, self._name, "the object's details")
+        except Exception:
+            return None
 
     def _checked(self, data: bytes, offset: int, size: int) -> bytes:
         # Servers that ignore Range answer with the whole file (fsspec's HTTP filesystem

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..archive import IndexedTarArchive, Location
+from ..archive._cache import CacheOption, as_cache
 from ._itar_store import IndexedTarZarrStore
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             ``"s3://fleet/2026-*/*.itar"``), expanded once, sorted.
         storage_options: Options of the URLs' filesystem (as fsspec takes them).
         max_open: Archives kept open at once per process (least recently used closed).
+        cache: A :class:`~ncore_like.RecordCache` (or the path of its folder) that the remote
+            archives read through, in every process (see the remote page).
     """
 
     def __init__(
@@ -51,6 +54,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         *,
         storage_options: Mapping[str, Any] | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
+        cache: CacheOption = None,
     ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be positive, got {max_open}")
@@ -60,6 +64,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         self._locations: list[str] = [str(location) for location in locations]
         self._options = options
         self._max_open = max_open
+        self._cache = as_cache(cache)
         self._init_open()
 
     def _init_open(self) -> None:
@@ -70,10 +75,12 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
     # -- pickling: the locations only; each process opens what it reads ---------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"locations": self._locations, "options": self._options, "max_open": self._max_open}
+        options, cache = self._options, self._cache
+        return {"locations": self._locations, "options": options, "max_open": self._max_open, "cache": cache}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._locations, self._options, self._max_open = state["locations"], state["options"], state["max_open"]
+        self._cache = state.get("cache")
         self._init_open()
 
     # -- the archives ---------------------------------------------------------------------
@@ -104,7 +111,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         location = self._locations[index]
         remote = Location(location).local is None
         # Outside the lock: opening may take a request.
-        opened = IndexedTarZarrStore(location, storage_options=self._options if remote else None)
+        opened = IndexedTarZarrStore(location, storage_options=self._options if remote else None, cache=self._cache)
         with self._lock:
             store = self._open.setdefault(index, opened)  # another thread may have been first
             self._open.move_to_end(index)

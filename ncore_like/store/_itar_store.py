@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._compat import ZarrArray, ZarrGroup, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, IndexTailRetention
+from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes, decoded_consolidated
@@ -49,6 +50,7 @@ class IndexedTarZarrStore(Store):
         verify_checksums: bool | None = None,
         checksums: bool = True,
         storage_options: Mapping[str, Any] | None = None,
+        cache: CacheOption = None,
     ) -> None:
         self._archive = IndexedTarArchive(
             itar_path,
@@ -58,6 +60,7 @@ class IndexedTarZarrStore(Store):
             verify_checksums=verify_checksums,
             checksums=checksums,
             storage_options=storage_options,
+            cache=cache,
         )
         super().__init__(ItarZarrStore(self._archive))
         self._init_views()
@@ -86,6 +89,7 @@ class IndexedTarZarrStore(Store):
         *,
         verify_checksums: bool | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        cache: CacheOption = None,
     ) -> IndexedTarZarrStore:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
@@ -96,6 +100,7 @@ class IndexedTarZarrStore(Store):
             prefetch_keys=(CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3),
             verify_checksums=verify_checksums,
             storage_options=storage_options,
+            cache=cache,
         )
         return cls._of_archive(archive)
 
