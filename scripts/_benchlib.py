@@ -21,6 +21,7 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -342,6 +343,66 @@ def import_servers() -> ModuleType:
     import tests.support.servers as servers
 
     return servers
+
+
+# -- remote storage and the reference implementation ---------------------------------------
+
+#: The reference implementation's interpreter (its venv is made by the interop tests) and the
+#: script that runs its operations (see ``_ncore_ref_ops.py``).
+REF_PYTHON = REPO_ROOT / ".venv-ncore-ref" / "bin" / "python"
+REF_SCRIPT = Path(__file__).resolve().parent / "_ncore_ref_ops.py"
+REF_MISSING = "reference rows left out: .venv-ncore-ref doesn't exist (the interop tests create it)"
+
+
+class RequestLog(Protocol):
+    """A test server's request log (``tests.support.servers``: the HTTP server, the proxy)."""
+
+    def clear_requests(self) -> None: ...
+
+    def requests(self) -> list[dict[str, Any]]: ...
+
+
+def reference_ops(
+    spec: Mapping[str, Any], workdir: Path, notes: list[str], *, env: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The reference implementation's measurements of ``spec`` (``_ncore_ref_ops.py`` run with
+    :data:`REF_PYTHON`, the spec written to ``workdir``); None, with a note added to
+    ``notes`` once, if its venv doesn't exist."""
+    if not REF_PYTHON.exists():
+        if REF_MISSING not in notes:
+            notes.append(REF_MISSING)
+        return None
+    spec_path = workdir / "reference-spec.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    command = [str(REF_PYTHON), str(REF_SCRIPT), str(spec_path)]
+    result = subprocess.run(command, capture_output=True, text=True, env=None if env is None else dict(env))
+    if result.returncode != 0:
+        raise RuntimeError(f"{REF_SCRIPT.name} failed: {result.stderr.strip()}")
+    measured: dict[str, Any] = json.loads(result.stdout)
+    return measured
+
+
+def write_records_archive(path: Path, count: int, low: int, high: int, rng: random.Random) -> list[str]:
+    """An archive of ``count`` records of ``low``-``high`` random bytes, keys
+    ``frames/000000``... in file order; returns the keys."""
+    from ncore_like import IndexedTarArchive
+
+    keys = [f"frames/{index:06d}" for index in range(count)]
+    with IndexedTarArchive(path, mode="w") as archive:
+        for key, payload in zip(keys, random_payloads(rng, count, low, high), strict=True):
+            archive[key] = payload
+    return keys
+
+
+def put_on_moto(endpoint: str, path: Path, bucket: str, name: str) -> str:
+    """Uploads the file ``path`` to a new ``bucket`` of the moto server at ``endpoint``
+    (directly, not through a proxy); returns its ``s3://`` URL."""
+    import s3fs
+
+    filesystem = s3fs.S3FileSystem(**import_servers().s3_storage_options(endpoint))
+    filesystem.call_s3("create_bucket", Bucket=bucket)
+    filesystem.put_file(str(path), f"{bucket}/{name}")
+    return f"s3://{bucket}/{name}"
 
 
 # -- driver -----------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Per-operation timings of the reference implementation ``nvidia-ncore`` 19.8.3, for
-``bench_ops.py`` to print beside its own numbers.
+``bench_ops.py`` and ``bench_remote.py`` to print beside their own numbers.
 
 It runs with the reference's interpreter, ``.venv-ncore-ref/bin/python``: the reference
 pins zarr-python 2, which cannot share a venv with ``ncore_like``. So it must never import
@@ -26,6 +26,10 @@ the script prints one JSON object: ``{"versions": {...}, op: {"seconds": median,
 ``row_writes``: ``{"dir", "rows", "cols", "seed", "repeats"}``; ``arr[i] = data[i]`` into an
     empty ``(rows, cols)`` float32 array chunked by row (Blosc lz4, level 5, bitshuffle).
     Reports ``{"seconds", "count"}``.
+``scan``: ``{"url", "storage_options", "keys", "sha256", "repeats"}``; ``store[key]`` for every
+    key in turn of the archive at ``url`` (e.g. ``s3://``, the reference's default buffered
+    reads through fsspec), each repeat on a newly opened store (the open untimed); the
+    payloads must hash to ``sha256``. Reports ``{"seconds", "count", "nbytes"}``.
 
 Write timings run from opening the store to closing it (``close()`` writes the index), or
 for ``row_writes`` from the first row write to the close; data is made before timing and
@@ -34,6 +38,7 @@ archives are deleted after. The write check writes one untimed archive and reads
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import statistics
@@ -47,6 +52,7 @@ import numcodecs
 import numpy as np
 import zarr
 from ncore.impl.data.stores import IndexedTarStore, consolidate_compressed_metadata, open_compressed_consolidated
+from upath import UPath
 
 JsonDict = dict[str, Any]
 
@@ -56,6 +62,7 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "frames_write": ("dir", "count", "nbytes", "seed", "repeats"),
     "volume_write": ("dir", "npy", "chunks", "cname", "clevel", "shuffle", "repeats"),
     "row_writes": ("dir", "rows", "cols", "seed", "repeats"),
+    "scan": ("url", "storage_options", "keys", "sha256", "repeats"),
 }
 
 
@@ -145,6 +152,29 @@ def run_row(spec: JsonDict) -> JsonDict:
 
         seconds = median_seconds(repeat, spec["repeats"])
     return {"seconds": seconds, "count": len(picks)}
+
+
+def run_scan(spec: JsonDict) -> JsonDict:
+    keys: list[str] = spec["keys"]
+    check(len(keys) > 0, "scan: keys is empty")
+    location = UPath(spec["url"], **spec["storage_options"])
+    nbytes = 0
+
+    def repeat(_: int) -> float:
+        nonlocal nbytes
+        with IndexedTarStore(location, mode="r") as store:  # a new file object: nothing buffered yet
+            start = time.perf_counter()
+            payloads = [store[key] for key in keys]
+            seconds = time.perf_counter() - start
+        digest = hashlib.sha256()
+        for payload in payloads:
+            digest.update(payload)
+        check(digest.hexdigest() == spec["sha256"], "scan: the records read differ from the archive's")
+        nbytes = sum(map(len, payloads))
+        return seconds
+
+    seconds = median_seconds(repeat, spec["repeats"])
+    return {"seconds": seconds, "count": len(keys), "nbytes": nbytes}
 
 
 # -- writes -------------------------------------------------------------------------------------
@@ -279,6 +309,7 @@ RUNNERS: dict[str, Callable[[JsonDict], JsonDict]] = {
     "frames_write": run_frames_write,
     "volume_write": run_volume_write,
     "row_writes": run_row_writes,
+    "scan": run_scan,
 }
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import lzma
 import os
@@ -52,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import cbor2
 import numpy as np
@@ -121,11 +122,7 @@ def configure(args: argparse.Namespace) -> Config:
 
 def write_big_archive(path: Path, config: Config, count: int, rng: random.Random) -> list[str]:
     """An archive of ``count`` records of 0.8-1.2 MB; returns the keys."""
-    keys = [f"frames/{index:06d}" for index in range(count)]
-    with IndexedTarArchive(path, mode="w") as archive:
-        for key, payload in zip(keys, bench.random_payloads(rng, count, config.big_min, config.big_max), strict=True):
-            archive[key] = payload
-    return keys
+    return bench.write_records_archive(path, count, config.big_min, config.big_max, rng)
 
 
 def small_archive(run: bench.Run[Config]) -> tuple[Path, list[str]]:
@@ -306,12 +303,7 @@ def bench_open(run: bench.Run[Config]) -> list[Row]:
 # -- workload 3: remote -------------------------------------------------------------------------
 
 
-class RequestLog(Protocol):
-    """A test server's request log (``tests.support.servers``: the HTTP server, the proxy)."""
-
-    def clear_requests(self) -> None: ...
-
-    def requests(self) -> list[dict[str, Any]]: ...
+RequestLog = bench.RequestLog
 
 
 def range_bytes(record: dict[str, Any], file_size: int) -> int:
@@ -492,19 +484,14 @@ def bench_s3(run: bench.Run[Config]) -> list[Row]:
     on S3 (moto behind a proxy adding the latency): s3fs' own read-ahead defaults are what
     the archive must override."""
     servers = bench.import_servers()
-    try:
-        import s3fs
-    except ImportError:
+    if importlib.util.find_spec("s3fs") is None:
         return [Row("3 remote 20 ms", "S3 (moto): skipped, s3fs is not installed", None, "", "", None)]
     config = run.config
     path, keys, records, outside = remote_archive(run, max(8, config.remote_records // 5))
     file_size = path.stat().st_size
     with servers.start_moto() as moto, servers.start_proxy(moto.endpoint, latency=config.latency) as proxy:
-        direct = s3fs.S3FileSystem(**servers.s3_storage_options(moto.endpoint))
-        direct.call_s3("create_bucket", Bucket="bench")
-        direct.put_file(str(path), "bench/frames.itar")
+        url = bench.put_on_moto(moto.endpoint, path, "bench", "frames.itar")
         options = servers.s3_storage_options(proxy.endpoint)
-        url = "s3://bench/frames.itar"
 
         def open_archive() -> IndexedTarArchive:
             return IndexedTarArchive(UPath(url, **options))
@@ -540,19 +527,15 @@ def bench_scan(run: bench.Run[Config]) -> list[Row]:
     each) against one range GET of the same bytes with bare s3fs, and against a read per
     record (context)."""
     servers = bench.import_servers()
-    try:
-        import s3fs
-    except ImportError:
+    if importlib.util.find_spec("s3fs") is None:
         return [Row("3 remote 20 ms", "S3 (moto) scan: skipped, s3fs is not installed", None, "", "", None)]
     config = run.config
     path, keys, records, _ = remote_archive(run, config.remote_records)
     start, end = records[keys[0]].offset, sum(records[keys[-1]])
     wanted = sum(records[key].size for key in keys)
     with servers.start_moto() as moto, servers.start_proxy(moto.endpoint, latency=config.latency) as proxy:
-        direct = s3fs.S3FileSystem(**servers.s3_storage_options(moto.endpoint))
-        direct.call_s3("create_bucket", Bucket="scan")
-        direct.put_file(str(path), "scan/frames.itar")
-        s3 = UPath("s3://scan/frames.itar", **servers.s3_storage_options(proxy.endpoint))
+        url = bench.put_on_moto(moto.endpoint, path, "scan", "frames.itar")
+        s3 = UPath(url, **servers.s3_storage_options(proxy.endpoint))
         archive = IndexedTarArchive(s3)
         expected = [IndexedTarArchive(path)[keys[-1]]]
         assert [payload for _, payload in scan_records(archive, keys)][-1:] == expected  # warm-up and check

@@ -42,7 +42,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -64,8 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives besi
 import _benchlib as bench
 from _benchlib import MB, Row, Volume, chunk_key, gbs, make_volume, median_times, ms, unlink_all, us, write_raw
 
-REF_PYTHON = bench.REPO_ROOT / ".venv-ncore-ref" / "bin" / "python"
-REF_SCRIPT = Path(__file__).resolve().parent / "_ncore_ref_ops.py"
+REF_PYTHON = bench.REF_PYTHON
 COMPRESSION = BloscCompression()  # lz4, level 5, bit-shuffle: the library's default
 NOTES: list[str] = []  # printed below the table (a peer that isn't installed...)
 
@@ -119,17 +117,7 @@ def h5py_blosc(hdf5plugin: ModuleType) -> Any:
 def reference(run: bench.Run[Config], spec: dict[str, Any]) -> dict[str, Any] | None:
     """The reference implementation's measurements of ``spec`` (see ``_ncore_ref_ops.py``),
     None (with a note) if its venv doesn't exist."""
-    if not REF_PYTHON.exists():
-        if "reference" not in " ".join(NOTES):
-            NOTES.append("reference rows left out: .venv-ncore-ref doesn't exist (the interop tests create it)")
-        return None
-    spec_path = run.tmp / "reference-spec.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    result = subprocess.run([str(REF_PYTHON), str(REF_SCRIPT), str(spec_path)], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{REF_SCRIPT.name} failed: {result.stderr.strip()}")
-    measured: dict[str, Any] = json.loads(result.stdout)
-    return measured
+    return bench.reference_ops(spec, run.tmp, NOTES)
 
 
 def peer_row(workload: str, measure: str, ratio: float, label: str, detail: str) -> Row:

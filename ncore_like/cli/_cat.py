@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from .._compat import chunk_key
+from ..archive import IndexedTarArchive
 from ..nodes import Array
-from ._common import CommandError, archive_store, close_matches
-from ._hierarchy import has_hierarchy, is_blob, open_root
+from ._common import CommandError, add_quiet_option, archive_store, close_matches, progress
+from ._hierarchy import blob_size, has_hierarchy, is_blob, open_root
 
 __all__ = ["register", "run"]
+
+#: Remote payloads and arrays larger than this are read in pieces of this size under a
+#: progress bar (one request, or one read of all chunks, would show nothing until the end).
+_PIECE_BYTES = 8 << 20
+#: Pieces of a record read at once (the requests overlap).
+_PIECES_IN_FLIGHT = 4
 
 
 def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -28,6 +38,7 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
     parser.add_argument("key", metavar="KEY", help="key of a record (see 'ncore-like ls') or path of an array")
+    add_quiet_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -37,13 +48,13 @@ def run(args: argparse.Namespace) -> int:
     with archive_store(args) as store:
         archive = store.archive
         if key in archive:
-            data = archive[key]
+            data = _record(archive, key, args.quiet)
         else:
             array = _array(store, key.strip("/")) if has_hierarchy(archive) else None
             if array is None:
                 nearby = close_matches(key, archive.keys())
                 raise CommandError(f"{store.name}: no record or array {key!r}{nearby}")
-            data = _payload(array, store.name)
+            data = _payload(array, archive, store.name, args.quiet)
     out = sys.stdout.buffer
     out.write(data)
     out.flush()
@@ -55,14 +66,72 @@ def _array(store: Any, path: str) -> Array | None:
     return node if isinstance(node, Array) else None
 
 
-def _payload(array: Array, name: str) -> bytes:
+def _record(archive: IndexedTarArchive, key: str, quiet: bool) -> bytes:
+    """A record's payload; a large remote one read in pieces, a few at a time, under a
+    progress bar (its checksum checked on the whole, as a read of the record does)."""
+    record = archive.records[key]
+    if not archive.is_remote or record.size <= _PIECE_BYTES or archive.in_memory(key):
+        return archive[key]
+    starts = range(0, record.size, _PIECE_BYTES)
+
+    def piece(start: int) -> bytes:
+        return archive.read_span(record.offset + start, min(_PIECE_BYTES, record.size - start))
+
+    data = bytearray(record.size)
+    with (
+        progress(total=record.size, desc="cat", quiet=quiet) as bar,
+        ThreadPoolExecutor(_PIECES_IN_FLIGHT, thread_name_prefix="ncore_like-cat") as pool,
+    ):
+        for start, chunk in zip(starts, pool.map(piece, starts), strict=True):
+            data[start : start + len(chunk)] = chunk
+            bar.update(len(chunk))
+    payload = bytes(data)
+    if archive.verify_checksums:
+        archive.check_payload(key, payload)
+    return payload
+
+
+def _raw_blob_key(array: Array, archive: IndexedTarArchive) -> str | None:
+    """The record holding a blob as it is (one uncompressed chunk), if it does."""
+    if array.shape and array.chunks[0] < array.shape[0]:
+        return None
+    try:
+        if array.compression is not None:
+            return None
+    except ValueError:  # codecs the typed API doesn't name: not raw
+        return None
+    key = chunk_key(array.zarr, (0,) * len(array.shape))
+    record = archive.records.get(key)
+    return key if record is not None and record.size == blob_size(array) else None
+
+
+def _payload(array: Array, archive: IndexedTarArchive, name: str, quiet: bool) -> bytes:
     if is_blob(array):
-        return array.read_bytes()
+        key = _raw_blob_key(array, archive) if archive.is_remote and blob_size(array) > _PIECE_BYTES else None
+        return array.read_bytes() if key is None else _record(archive, key, quiet)
     if sys.stdout.isatty():
         raise CommandError(
             f"{name}: array {array.path!r} ({array.dtype}, shape {array.shape}) is no blob: its values come as "
             "numpy's .npy format; redirect the output to a file"
         )
     buffer = io.BytesIO()
-    np.save(buffer, array.read(), allow_pickle=False)
+    np.save(buffer, _values(array, archive.is_remote, quiet), allow_pickle=False)
     return buffer.getvalue()
+
+
+def _values(array: Array, remote: bool, quiet: bool) -> np.ndarray[Any, Any]:
+    """The array's values; a large remote array read in slabs of whole chunk rows under a
+    progress bar."""
+    nbytes = array.dtype.itemsize * math.prod(array.shape)
+    if not remote or not array.shape or nbytes <= _PIECE_BYTES:
+        return array.read()
+    rows = array.shape[0]
+    row_bytes = nbytes // rows
+    step = max(1, _PIECE_BYTES // (row_bytes * array.chunks[0])) * array.chunks[0]
+    out = np.empty(array.shape, dtype=array.dtype)
+    with progress(total=nbytes, desc="cat", quiet=quiet) as bar:
+        for start in range(0, rows, step):
+            stop = min(start + step, rows)
+            array.read(slice(start, stop), out=out[start:stop])
+            bar.update((stop - start) * row_bytes)
+    return out

@@ -3,7 +3,7 @@
 Run as a subprocess by :func:`tests.support.servers.start_proxy`::
 
     python -m tests.support.proxy_server --upstream http://127.0.0.1:PORT \
-        [--port 0] [--latency 0.02] [--log FILE]
+        [--port 0] [--latency 0.02] [--log FILE] [--faults 2=503,3=cut,5=reset]
 
 It binds ``127.0.0.1`` only, prints ``PORT <n>`` on stdout once listening, and
 refuses any upstream that is not ``http://127.0.0.1:PORT``.
@@ -17,14 +17,23 @@ signature computed by the client for the proxy's address stays consistent.
 Each request first sleeps ``--latency`` seconds (``asyncio.sleep``, so
 concurrent requests overlap) and is then logged, see
 :class:`tests.support._serving.RequestLog`.
+
+``--faults`` fails chosen ``GET`` requests on purpose, by their number (from 1, counted
+since the proxy started, retries included), as :mod:`tests.support.http_server` does, in
+the shapes S3 clients meet: ``503`` (an S3 ``SlowDown`` error), ``500`` (``InternalError``)
+and ``429`` answered without asking upstream; ``reset`` (the connection closed before any
+response); ``cut`` (the upstream's headers and half its body, then the connection closed).
+The log record's ``status`` says which fault hit the request.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -57,6 +66,32 @@ UPSTREAM_KEY = web.AppKey("upstream", URL)
 LATENCY_KEY = web.AppKey("latency", float)
 LOG_KEY = web.AppKey("log", RequestLog)
 SESSION_KEY = web.AppKey("session", aiohttp.ClientSession)
+#: Faults by the number of the ``GET`` they hit (1-based), see the module's docstring.
+FAULTS_KEY = web.AppKey("faults", dict)
+GETS_KEY = web.AppKey("gets", list)
+#: The faults answered without asking upstream, as S3 words them (code, message).
+_ERROR_FAULTS = {
+    "503": ("SlowDown", "Please reduce your request rate."),
+    "500": ("InternalError", "We encountered an internal error. Please try again."),
+    "429": ("SlowDown", "Please reduce your request rate."),
+}
+FAULT_KINDS = frozenset({*_ERROR_FAULTS, "reset", "cut"})
+
+
+def parse_faults(text: str) -> dict[int, str]:
+    """``"2=503,3=cut"`` as ``{2: "503", 3: "cut"}``.
+
+    Raises:
+        ValueError: For an unknown kind or a number that is not a positive integer.
+    """
+    faults: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        number, _, kind = item.partition("=")
+        if kind not in FAULT_KINDS or not number.isdigit() or int(number) < 1:
+            msg = f"bad fault {item!r}: expected N={'|'.join(sorted(FAULT_KINDS))} with N >= 1"
+            raise ValueError(msg)
+        faults[int(number)] = kind
+    return faults
 
 
 def check_upstream(upstream: str) -> URL:
@@ -119,8 +154,54 @@ async def _body_chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]
         yield chunk
 
 
+def _next_fault(request: web.Request) -> str | None:
+    if request.method != "GET":
+        return None
+    gets = request.app[GETS_KEY]
+    gets.append(1)
+    fault: str | None = request.app[FAULTS_KEY].get(len(gets))
+    return fault
+
+
+async def _fail_early(request: web.Request, record: dict[str, Any], fault: str) -> web.StreamResponse:
+    """Answers a faulty request without asking upstream: an S3 error, or a reset connection."""
+    log = request.app[LOG_KEY]
+    if fault == "reset":
+        record["status"] = fault
+        record["end"] = time.time()
+        log.write(record)
+        if request.transport is not None:
+            request.transport.abort()
+        raise ConnectionResetError("reset on purpose")
+    code, message = _ERROR_FAULTS[fault]
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{message}</Message><Resource>{request.path}</Resource></Error>"
+    ).encode()
+    headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
+    return await respond(request, log, record, status=int(fault), headers=headers, body=body)
+
+
+async def _cut(
+    request: web.Request, record: dict[str, Any], status: int, headers: CIMultiDict[str], body: bytes
+) -> web.StreamResponse:
+    """Sends the upstream's headers (the full ``Content-Length``) and half its body, then
+    closes the connection: the rest of the body never comes."""
+    record["status"] = "cut"
+    record["bytes"] = len(body) // 2
+    record["end"] = time.time()
+    request.app[LOG_KEY].write(record)
+    response = web.StreamResponse(status=status, headers=headers)
+    await response.prepare(request)
+    await response.write(body[: len(body) // 2])
+    if request.transport is not None:
+        request.transport.abort()
+    return response
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
-    """Forward one request upstream after the configured latency.
+    """Forward one request upstream after the configured latency (or fail it on purpose,
+    see :data:`FAULTS_KEY`).
 
     Args:
         request: The request.
@@ -133,6 +214,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     latency = app[LATENCY_KEY]
     if latency > 0:
         await asyncio.sleep(latency)
+    fault = _next_fault(request)
+    if fault is not None and fault != "cut":
+        return await _fail_early(request, record, fault)
     log = app[LOG_KEY]
     body = await request.read()
     headers = _filter_headers(request.headers.items(), keep_length=True)
@@ -159,6 +243,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
         )
     async with upstream:
         out_headers = _filter_headers(upstream.headers.items(), keep_length=True)
+        if fault == "cut":
+            return await _cut(request, record, upstream.status, out_headers, await upstream.read())
         has_body = request.method != "HEAD" and upstream.status not in (204, 304)
         chunks: bytes | AsyncIterator[bytes] = _body_chunks(upstream) if has_body else b""
         return await respond(request, log, record, status=upstream.status, headers=out_headers, body=chunks)
@@ -185,13 +271,16 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-def make_app(upstream: str, latency: float = 0.0, log: Path | None = None) -> web.Application:
+def make_app(
+    upstream: str, latency: float = 0.0, log: Path | None = None, faults: dict[int, str] | None = None
+) -> web.Application:
     """Build the proxy application.
 
     Args:
         upstream: Upstream origin, ``http://127.0.0.1:PORT``.
         latency: Seconds to sleep before forwarding each request.
         log: JSON-lines request log file, or ``None``.
+        faults: ``GET`` requests to fail on purpose, by number (see the module's docstring).
 
     Returns:
         The aiohttp application.
@@ -200,6 +289,8 @@ def make_app(upstream: str, latency: float = 0.0, log: Path | None = None) -> we
     app[UPSTREAM_KEY] = check_upstream(upstream)
     app[LATENCY_KEY] = float(latency)
     app[LOG_KEY] = RequestLog(log)
+    app[FAULTS_KEY] = dict(faults or {})
+    app[GETS_KEY] = []
     app.cleanup_ctx.append(_client_session)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
@@ -213,12 +304,16 @@ def main(argv: list[str] | None = None) -> None:
     """
     parser: argparse.ArgumentParser = base_arg_parser(__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--upstream", required=True, help="http://127.0.0.1:PORT")
+    parser.add_argument(
+        "--faults", default="", help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 500, 429, reset, cut)"
+    )
     args = parser.parse_args(argv)
     try:
         check_upstream(args.upstream)
+        faults = parse_faults(args.faults)
     except ValueError as exc:
         parser.error(str(exc))
-    run(make_app(args.upstream, args.latency, args.log), args)
+    run(make_app(args.upstream, args.latency, args.log, faults), args)
 
 
 if __name__ == "__main__":

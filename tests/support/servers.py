@@ -480,6 +480,7 @@ def start_proxy(
     *,
     log: Path | None = None,
     timeout: float = DEFAULT_START_TIMEOUT,
+    faults: dict[int, str] | None = None,
 ) -> ServerProcess:
     """Start a logging reverse proxy in front of ``upstream`` (typically moto).
 
@@ -491,6 +492,8 @@ def start_proxy(
         latency: Seconds each request sleeps before being forwarded.
         log: Request log file (default: a temporary file removed on stop).
         timeout: Startup timeout in seconds.
+        faults: GETs (by number, from 1) to fail on purpose: ``"503"``, ``"500"``, ``"429"``,
+            ``"reset"`` or ``"cut"`` (see :mod:`tests.support.proxy_server`).
 
     Returns:
         The running proxy, with a request log.
@@ -506,7 +509,14 @@ def start_proxy(
     return _start_aiohttp_server(
         "proxy",
         "tests.support.proxy_server",
-        ["--upstream", upstream, "--latency", repr(float(latency))],
+        [
+            "--upstream",
+            upstream,
+            "--latency",
+            repr(float(latency)),
+            "--faults",
+            ",".join(f"{number}={kind}" for number, kind in (faults or {}).items()),
+        ],
         log=log,
         timeout=timeout,
     )
