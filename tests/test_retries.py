@@ -70,3 +70,22 @@ def test_permanent_failures_are_not_retried(tmp_path: Path) -> None:
         with pytest.raises(FileNotFoundError):
             archive["frames/001"]
         assert len(server.requests()) == 1
+
+
+# (A reset is not among them: the HTTP client itself retries a request whose connection was
+# reset before any answer, at once.)
+@pytest.mark.parametrize(("fault", "waits"), [("cut", False), ("503", True), ("429", True)])
+def test_a_failed_connection_is_retried_at_once_an_overloaded_server_after_a_wait(
+    tmp_path: Path, fault: str, waits: bool
+) -> None:
+    from ncore_like._defaults import RETRY_BASE_DELAY
+
+    payloads = write(tmp_path)
+    with start_http(tmp_path, faults={2: fault}) as server:  # GET 1 opens the archive
+        archive = IndexedTarArchive(f"{server.endpoint}/seq.itar", index_tail_read_size=600, remote_range_reads=True)
+        assert archive["frames/003"] == payloads["frames/003"]
+        failed, retried = server.requests()[1:3]
+        assert str(failed["status"]) == fault
+        gap = float(retried["start"]) - float(failed["end"])
+        # Backoff waits at least half the base delay (jitter); a reset server says nothing of load.
+        assert (gap >= 0.5 * RETRY_BASE_DELAY) == waits, gap

@@ -104,3 +104,17 @@ def test_bulk_reads_of_a_remote_archive_overlap_on_the_buffered_path(tmp_path: P
         assert list(read_records(archive, list(payloads), threads=4)) == list(payloads.items())
         # The threads' requests overlap: the buffered file object would take them one by one.
         assert max_in_flight(server.requests()) >= 2
+
+
+def test_bulk_reads_of_a_remote_archive_keep_many_requests_in_flight_by_default(tmp_path: Path) -> None:
+    from ncore_like._concurrency import default_workers
+    from ncore_like.archive import read_records
+    from tests.support.servers import max_in_flight, start_http
+
+    payloads = write(tmp_path / "seq.itar", 24)
+    with start_http(tmp_path, latency=0.05) as server:
+        archive = IndexedTarArchive(f"{server.endpoint}/seq.itar")
+        server.clear_requests()
+        assert list(read_records(archive, list(payloads))) == list(payloads.items())
+        # Each thread waits on a request: one per CPU would keep only that many in flight.
+        assert max_in_flight(server.requests()) > max(4, default_workers())

@@ -18,7 +18,13 @@ from contextlib import closing
 from typing import NamedTuple, TypeVar
 
 from .._concurrency import default_workers, ordered_map
-from .._defaults import BULK_READ_AHEAD_BYTES, SCAN_GAP_BYTES, SCAN_SPAN_BYTES, SCAN_SPANS_AHEAD
+from .._defaults import (
+    BULK_READ_AHEAD_BYTES,
+    REMOTE_BULK_THREADS,
+    SCAN_GAP_BYTES,
+    SCAN_SPAN_BYTES,
+    SCAN_SPANS_AHEAD,
+)
 from ._archive import IndexedTarArchive
 
 __all__ = ["map_records", "read_records", "scan_records"]
@@ -40,15 +46,16 @@ def map_records(
         archive: The archive the keys are records of (their sizes bound the read-ahead).
         keys: Keys of records of ``archive`` (``KeyError`` for others, when their turn comes).
         function: Called on the pool's threads, typically reads the record.
-        threads: Threads of the pool (default: one per CPU, see
-            :func:`ncore_like._concurrency.default_workers`).
+        threads: Threads of the pool (default: one per CPU for local archives, see
+            :func:`ncore_like._concurrency.default_workers`; 16 for remote ones, whose
+            threads wait on requests).
         read_ahead_bytes: Records of at most this many bytes in total are in progress or
             done but not consumed yet; a larger record runs alone.
 
     Raises:
         Whatever ``function`` raised for a key, when that key's turn comes.
     """
-    workers = threads if threads is not None else default_workers()
+    workers = threads if threads is not None else REMOTE_BULK_THREADS if archive.is_remote else default_workers()
     if workers < 1:
         raise ValueError(f"threads must be positive, got {workers}")
     return _mapped(archive, keys, function, workers, read_ahead_bytes)

@@ -457,12 +457,16 @@ def is_transient(error: BaseException) -> bool:
 
 def _next_delay(error: Exception, attempt: int, deadline: float, name: str, what: str) -> float:
     """Seconds to wait before attempt ``attempt + 1`` after ``error``: exponential backoff
-    with jitter (so that many clients failing together don't retry together). Raises
+    with jitter (so that many clients failing together don't retry together), none before
+    the first retry of a failed connection. Raises
     ``error`` itself if it is permanent, and a :class:`~ncore_like.errors.RemoteStorageError`
     naming the attempts when they or the time are used up."""
     if not is_transient(error):
         raise error
-    delay = float(min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
+    if attempt == 1 and not isinstance(getattr(error, "status", None), int):
+        delay = 0.0  # a connection failure, not an answer saying the service is overloaded
+    else:
+        delay = float(min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
     if attempt >= RETRY_ATTEMPTS or time.monotonic() + delay > deadline:
         detail = str(error).split("\n", 1)[0] or type(error).__name__
         raise RemoteStorageError(
