@@ -4,12 +4,37 @@ address. The command line packs many sources with it (``ncore-like pack SRC... D
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["run_tasks"]
 
 T = TypeVar("T")
+
+# dask's nannies start workers with MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's
+# mmap threshold: every record over 128 KB is then mapped and unmapped anew, which doubled
+# the CPU time of packing (20 sequences: 1.45 s -> 2.6 s) and left a 2-worker cluster slower
+# than packing one after another (0.6-0.9x; with glibc's defaults 1.3-1.5x,
+# scripts/bench_remote.py --only pack). The nanny also sets it in this process's environment.
+_MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
+
+
+@contextlib.contextmanager
+def _glibc_malloc_defaults() -> Iterator[None]:
+    """Local workers keep glibc's malloc settings; this process's environment is restored."""
+    import dask
+
+    before = os.environ.get(_MALLOC_TRIM)
+    try:
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{_MALLOC_TRIM}": None}):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(_MALLOC_TRIM, None)
+        else:
+            os.environ[_MALLOC_TRIM] = before
 
 
 def run_tasks(
@@ -36,9 +61,10 @@ def run_tasks(
 
     cluster = None
     if scheduler is None:
-        cluster = LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        )
+        with _glibc_malloc_defaults():
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            )
     try:
         with Client(scheduler if scheduler is not None else cluster) as client:  # type: ignore[no-untyped-call]
             futures = [client.submit(function, *call, pure=False) for call in arguments]
