@@ -81,3 +81,37 @@ def test_we_open_reference_v2_archives(tmp_path: Path, consolidated: bool) -> No
         warnings.simplefilter("error")  # e.g. no "unknown object" warning for the consolidated record
         ours = dump_ours(IndexedTarZarrStore(path).open_root_group(consolidated).zarr)
     assert comparable(theirs) == ours
+
+
+def test_walking_a_remote_hierarchy_without_consolidated_metadata_reads_its_metadata_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # nvidia-ncore writes node metadata among the chunks (ours keeps it for the end of the
+    # file, inside the tail read): without a consolidated record, every node's metadata is a
+    # request of its own.
+    import base64
+    import json
+
+    from ncore_like.cli import main
+    from tests.support.servers import max_in_flight, start_http
+
+    zarray = {"shape": [], "chunks": [], "dtype": "|S4096", "fill_value": None, "order": "C", "filters": None,
+              "compressor": None, "zarr_format": 2}  # fmt: skip
+    records = [(".zgroup", b'{"zarr_format": 2}'), (".zattrs", b"{}"), ("frames/.zgroup", b'{"zarr_format": 2}')]
+    for number in range(60):
+        key = f"frames/{number:03d}"
+        records += [(f"{key}/.zarray", json.dumps(zarray).encode()), (f"{key}/0", bytes([number]) * 4096)]
+    records += [("padding", bytes(2 << 20))]  # the metadata lies outside the tail read
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"records": [[key, base64.b64encode(data).decode()] for key, data in records]}))
+    run_reference("write-records", str(tmp_path / "seq.itar"), str(spec))
+    assert main(["tree", "--limit", "100", str(tmp_path / "seq.itar")]) == 0
+    local = capsys.readouterr().out
+    with start_http(tmp_path, latency=0.02) as server:
+        url = f"{server.endpoint}/seq.itar"
+        server.clear_requests()
+        assert main(["tree", "--limit", "100", url]) == 0
+        assert capsys.readouterr().out.replace(url, str(tmp_path / "seq.itar")) == local
+        requests = server.requests()
+        # Every metadata record read once, many at a time (not one round trip per node).
+        assert len(requests) <= 1 + 63 and max_in_flight(requests) >= 8  # the tail, 63 metadata records

@@ -11,7 +11,7 @@ from ..archive import IndexedTarArchive
 from ..backend import is_blob as _is_blob
 from ..errors import ArchiveFormatError
 from ..nodes import Array, Group
-from ..store import Store
+from ..store import IndexedTarZarrStore, Store
 from ._common import CommandError
 
 __all__ = [
@@ -74,6 +74,10 @@ def open_root(store: Store, archive: IndexedTarArchive) -> Group:
         raise CommandError(
             f"{store.name}: no zarr hierarchy in the archive (no {' or '.join(ROOT_METADATA_KEYS.values())} record)"
         )
+    if archive.is_remote and isinstance(store, IndexedTarZarrStore) and not consolidated_keys(archive):
+        # The commands walk whole hierarchies: without a consolidated record, the node
+        # metadata of a remote archive is read at once instead of a request per node.
+        store.load_node_metadata()
     return store.open_root_group(consolidated="auto")
 
 

@@ -7,13 +7,19 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._compat import ZarrArray, ZarrGroup, array_from_document, group_from_document, open_group
+from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention
+from ..archive import IndexedTarArchive, IndexTailRetention, is_node_metadata_key, read_records
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
-from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, child_nodes, decoded_consolidated
+from ._consolidated import (
+    CONSOLIDATED_KEY_V2,
+    CONSOLIDATED_KEY_V3,
+    child_nodes,
+    decoded_consolidated,
+    is_consolidated_metadata_key,
+)
 from ._metadata import ArrayView, GroupView, NodeView, parse_node
 from ._references import archive_references
 from ._zarr_store import ItarZarrStore
@@ -146,6 +152,25 @@ class IndexedTarZarrStore(Store):
         opened, see :meth:`IndexedTarArchive.release_index_tail`."""
         self._archive.release_index_tail(retention, consolidated=consolidated)
 
+    def load_node_metadata(self) -> None:
+        """Reads every node metadata record of the archive at once (records of a remote
+        archive as requests in flight together) and serves the hierarchy from them, as from
+        a consolidated record: for walking a whole hierarchy that has none, where a lookup
+        per node costs a round trip each. Archives opened for reading; no-op once done, or
+        when the hierarchy was opened from its consolidated record."""
+        archive = self._archive
+        if archive.mode != "r" or self._documents is not None:
+            return
+        keys = [key for key in archive.keys() if is_node_metadata_key(key) and not is_consolidated_metadata_key(key)]
+        documents = {key: self._parsed(key, data) for key, data in read_records(archive, keys)}
+        self._documents = documents
+        self._view_store = ItarZarrStore(archive, read_only=True, node_metadata=documents)
+        self._views.clear()
+
+    def _reading_store(self) -> ZarrStore:
+        # Once the node metadata is loaded, zarr-python reads it from memory too.
+        return self._view_store if self._view_store is not None else super()._reading_store()
+
     def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> ZarrGroup:
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
@@ -168,8 +193,9 @@ class IndexedTarZarrStore(Store):
         if documents is not None:
             return documents.get(key)
         data = self._read_record(key)
-        if data is None:
-            return None
+        return None if data is None else self._parsed(key, data)
+
+    def _parsed(self, key: str, data: bytes) -> Any:
         try:
             return json.loads(data)
         except ValueError as error:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..archive import IndexedTarArchive, is_node_metadata_key
+from ..archive import IndexedTarArchive, is_node_metadata_key, read_records
 from ._consolidated import is_consolidated_metadata_key
 from ._zarr_store import ItarZarrStore
 
 __all__ = ["archive_references"]
+
+_SERVED_BY_THE_STORE = frozenset({".zmetadata", "zarr.json"})
 
 
 def archive_references(archive: IndexedTarArchive, url: str | None = None) -> dict[str, Any]:
@@ -28,12 +30,16 @@ def archive_references(archive: IndexedTarArchive, url: str | None = None) -> di
         raise ValueError(f"{archive.location.name}: references describe an archive opened for reading")
     target = url if url is not None else archive.location.name
     zarr_store = ItarZarrStore(archive, read_only=True)
+    keys = [key for key in zarr_store.listed_keys() if not is_consolidated_metadata_key(key) or key == ".zmetadata"]
+    # Node metadata is inlined: the archive's records are read together (remote ones are
+    # requests in flight at once); the root's records, which the store serves in
+    # zarr-python's consolidated form, come from the store.
+    stored = [key for key in keys if is_node_metadata_key(key) and key not in _SERVED_BY_THE_STORE]
+    inline = dict(read_records(archive, stored))
     refs: dict[str, Any] = {}
-    for key in zarr_store.listed_keys():
-        if is_consolidated_metadata_key(key) and key != ".zmetadata":
-            continue
+    for key in keys:
         if is_node_metadata_key(key) or key == ".zmetadata":
-            data = zarr_store.record_bytes(key)
+            data = inline[key] if key in inline else zarr_store.record_bytes(key)
             refs[key] = data.decode("utf-8")
             continue
         record = archive.records[key]
