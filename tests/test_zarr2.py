@@ -149,3 +149,12 @@ def test_a_store_opened_for_reading_refuses_zarr_python_2_writes(tmp_path: Path)
     with pytest.raises((ValueError, PermissionError)):
         zarr.open_group(store.zarr, mode="r")["poses"][0] = 1
     assert (tmp_path / "r.itar").read_bytes() == before
+
+
+def test_metadata_zarr_python_2_cannot_decode_is_a_node_metadata_error(tmp_path: Path) -> None:
+    from ncore_like import NodeMetadataError
+
+    with IndexedTarArchive(tmp_path / "d.itar", mode="w") as archive:
+        archive[".zgroup"] = b'{"zarr_format": null}'  # damaged: zarr-python 2 raises its MetadataError
+    with pytest.raises(NodeMetadataError, match=r"d\.itar.*the metadata of node '/' can't be understood"):
+        IndexedTarZarrStore(tmp_path / "d.itar").open_root_group(False)

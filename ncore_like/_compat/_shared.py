@@ -29,15 +29,20 @@ def group_records_v2(attributes: dict[str, Any], indent: int | None = JSON_INDEN
     return {".zgroup": encode_json({"zarr_format": 2}, indent), ".zattrs": encode_json(attributes, indent)}
 
 
+#: What zarr-python and numcodecs raise for node metadata they can't understand.
+_PARSE_ERRORS: tuple[type[Exception], ...] = (TypeError, KeyError, ValueError, AttributeError, IndexError)
+
+
 @contextlib.contextmanager
-def parsing(where: object, path: str) -> Iterator[None]:
+def parsing(where: object, path: str, also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     """Turns what zarr-python (or numcodecs) raises for node metadata it can't understand
-    (damaged JSON: TypeErrors, KeyErrors...) into :class:`NodeMetadataError`."""
+    (damaged JSON: TypeErrors, KeyErrors..., and the classes ``also``) into
+    :class:`NodeMetadataError`."""
     try:
         yield
     except (NcoreLikeError, FileNotFoundError):
         raise
-    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as error:
+    except _PARSE_ERRORS + also as error:
         name = path or "/"
         raise NodeMetadataError(
             f"the metadata of node {name!r} can't be understood ({type(error).__name__}: {error})", archive=str(where)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numcodecs
 import numpy as np
 import zarr
 from numcodecs import Blosc  # how Blosc compression is passed: zarr format 2's compressor
-from zarr.errors import ContainsArrayError, ContainsGroupError
+from zarr.errors import ContainsArrayError, ContainsGroupError, MetadataError
 from zarr.meta import Metadata2
 
 from .._lru import LRUCache, process_cache
@@ -81,6 +82,11 @@ SelectionKind = Literal["basic", "orthogonal", "fancy"]
 
 #: The zarr formats zarr-python 2 reads and writes.
 ZARR_FORMATS: tuple[ZarrFormat, ...] = (2,)
+
+
+def _parsing(where: object, path: str) -> AbstractContextManager[None]:
+    # zarr-python 2 raises its MetadataError (no ValueError) for metadata it can't decode.
+    return parsing(where, path, (MetadataError,))
 
 
 def check_zarr_format(zarr_format: object) -> ZarrFormat:
@@ -278,19 +284,19 @@ def open_group(store: ZarrStore) -> ZarrGroup:
     if not record_exists(store, ".zgroup"):
         # What zarr-python 3 raises (zarr-python 2's error is a ValueError).
         raise FileNotFoundError(f"No group found in store {store!r} at path ''")
-    with parsing(store, ""):
+    with _parsing(store, ""):
         return zarr.open_group(store=store, mode="r")
 
 
 def member_names(group: ZarrGroup) -> list[str]:
     """Names of the direct members of a group (their metadata is parsed)."""
-    with parsing(group.store, group.path):
+    with _parsing(group.store, group.path):
         return [name for name, _ in group.items()]
 
 
 def member_nodes(group: ZarrGroup) -> list[tuple[str, ZarrNode]]:
     """The direct members of a group with their names."""
-    with parsing(group.store, group.path):
+    with _parsing(group.store, group.path):
         return list(group.items())
 
 
@@ -348,7 +354,7 @@ def group_from_node_metadata(store: ZarrStore, root: dict[str, Any], members: di
         name = ".zarray" if "shape" in node else ".zgroup"
         records[prefix + name] = json.dumps(node).encode()
         records[prefix + ".zattrs"] = json.dumps(document.get("attributes") or {}).encode()
-    with parsing(store, ""):
+    with _parsing(store, ""):
         return zarr.open_group(store=_MetadataOverlay(store, records), mode="r")
 
 
@@ -635,7 +641,7 @@ def open_member(group: ZarrGroup, path: str) -> ZarrGroup | ZarrArray | None:
     store = group.store
     full = f"{group.path}/{path}" if group.path else path
     _refuse_format_3(store, full)
-    with parsing(store, full):
+    with _parsing(store, full):
         if record_exists(store, f"{full}/.zarray"):
             return zarr.Array(store, path=full, read_only=group.read_only)
         if record_exists(store, f"{full}/.zgroup"):
@@ -657,7 +663,7 @@ def array_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -
     ncore_like do."""
     if document.get("zarr_format") != 2:
         check_zarr_format(document.get("zarr_format"))
-    with parsing(store, path):
+    with _parsing(store, path):
         array = zarr.Array(store, path=path, read_only=store_read_only(store), write_empty_chunks=True)
     return _with_attributes(array, document)
 
@@ -666,7 +672,7 @@ def group_from_document(store: ZarrStore, path: str, document: dict[str, Any]) -
     """zarr-python's group at ``path`` with the attributes of its metadata document."""
     if document.get("zarr_format") != 2:
         check_zarr_format(document.get("zarr_format"))
-    with parsing(store, path):
+    with _parsing(store, path):
         group = zarr.Group(store, path=path, read_only=store_read_only(store))
     return _with_attributes(group, document)
 
