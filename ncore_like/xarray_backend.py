@@ -3,9 +3,12 @@
 archive, local or remote, as a dataset.
 
 Registered under the entry point group ``xarray.backends``. The archive is opened with
-:class:`~ncore_like.IndexedTarZarrStore` and read by xarray's own zarr backend through the
-store's zarr-python store, which serves the archive's consolidated metadata in zarr-python's
-form: opening reads the archive's tail and nothing else. The archive closes with the dataset.
+:class:`~ncore_like.IndexedTarZarrStore`; xarray's own zarr backend reads the metadata
+(dimensions, attributes, encodings, its decoding conventions) through the store's
+zarr-python store, which serves the archive's consolidated metadata in zarr-python's form,
+so opening reads the archive's tail and nothing else. The values are read by ncore_like's
+fast backend (chunks fetched together and decoded on the worker pool, straight into the
+result), not by zarr-python. The archive closes with the dataset.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from xarray import Dataset
-from xarray.backends import BackendEntrypoint
-from xarray.backends.zarr import ZarrBackendEntrypoint
+import numpy as np
+from xarray import Dataset, Variable
+from xarray.backends import BackendArray, BackendEntrypoint
+from xarray.backends.zarr import ZarrBackendEntrypoint, ZarrStore
+from xarray.core import indexing
 
+from .nodes import Array, Group
 from .store import IndexedTarZarrStore
 
 __all__ = ["NcoreLikeBackendEntrypoint"]
@@ -60,11 +66,14 @@ class NcoreLikeBackendEntrypoint(BackendEntrypoint):
         else:
             store, owned = IndexedTarZarrStore(_location(filename_or_obj, storage_options)), True
         try:
+            root = store.open_root_group(consolidated="auto")
+            group_node = root.group(group.strip("/")) if group and group.strip("/") else root
+            metadata = _ArchiveZarrStore.open_group(store.zarr, group=group, mode="r", consolidated=None)
+            metadata.typed_group = group_node
             dataset = ZarrBackendEntrypoint().open_dataset(
                 store.zarr,  # type: ignore[arg-type]  # xarray takes any zarr-python store
-                group=group,
+                store=metadata,
                 drop_variables=drop_variables,
-                mode="r",
                 **decoding,
             )
         except BaseException:
@@ -82,6 +91,33 @@ class NcoreLikeBackendEntrypoint(BackendEntrypoint):
             return str(os.fspath(filename_or_obj)).endswith(".itar")
         except TypeError:
             return False
+
+
+class _ArchiveZarrStore(ZarrStore):
+    """xarray's zarr store of a group, whose variables read through the typed API."""
+
+    typed_group: Group
+
+    def open_store_variable(self, name: str) -> Variable:
+        variable: Variable = super().open_store_variable(name)  # type: ignore[no-untyped-call]
+        fast = _ArchiveArray(self.typed_group.array(name), variable.dtype)
+        return Variable(variable.dims, indexing.LazilyIndexedArray(fast), variable.attrs, variable.encoding)
+
+
+class _ArchiveArray(BackendArray):
+    """An array of an archive as xarray reads it: outer indexing (ints, slices and integer
+    arrays per axis), through :meth:`Array.read`."""
+
+    def __init__(self, array: Array, dtype: np.dtype[Any]) -> None:
+        self._array = array
+        self.shape = array.shape
+        self.dtype = dtype
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._read)
+
+    def _read(self, key: tuple[Any, ...]) -> Any:
+        return self._array.read(key)
 
 
 def _location(location: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Any:

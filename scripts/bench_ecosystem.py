@@ -9,7 +9,9 @@ Workloads:
    into a local directory (zarr-python's own store, consolidated). Opening it
    (``xr.open_dataset(path, engine="ncore_like")`` against ``xr.open_zarr(directory)``, and
    ``xr.open_zarr(store.zarr)``), and opening plus loading every value, from the page cache.
-   Target: no slower than the directory (ratio directory time / archive time >= 1.0).
+   Target: no slower than the directory: the engine (whose values come through ncore_like's
+   fast backend) >= 1.0; ``open_zarr(store.zarr)`` (zarr-python reads the values from either
+   store) >= 0.97, parity within the run-to-run noise.
 2. ``asarray``: ``numpy.asarray(array)`` against ``array.read()`` of the same ~100 MB
    array of an archive. Target: no slower (>= 0.97, the run-to-run noise of a read).
 
@@ -107,7 +109,8 @@ def bench_xarray(run: bench.Run[Config]) -> list[Row]:
     loaded = median_times({name: (lambda o=opener: o().load()) for name, opener in openers.items()}, config.repeats)
     nbytes = dataset.nbytes
     rows = []
-    for name, label in (("engine", 'open_dataset(engine="ncore_like")'), ("open_zarr", "open_zarr(store.zarr)")):
+    paths = (("engine", 'open_dataset(engine="ncore_like")', 1.0), ("open_zarr", "open_zarr(store.zarr)", 0.97))
+    for name, label, target in paths:
         detail = (
             f"open: ours {ms(opened[name])}, directory {ms(opened['directory'])}; "
             f"open + load of {nbytes / MB:.0f} MB: ours {ms(loaded[name])}, directory {ms(loaded['directory'])}"
@@ -116,8 +119,9 @@ def bench_xarray(run: bench.Run[Config]) -> list[Row]:
                "directory_load_s": loaded["directory"]}  # fmt: skip
         for what, times in (("open", opened), ("open + full read", loaded)):
             ratio = times["directory"] / times[name]
-            rows.append(Row("1 xarray", f"{label}: {what} vs zarr-python's directory", ratio,
-                            "speedup (time directory/ours)", ">= 1.00x", ratio >= 1.0, raw, detail))  # fmt: skip
+            measure = f"{label}: {what} vs zarr-python's directory"
+            rows.append(Row("1 xarray", measure, ratio, "speedup (time directory/ours)", f">= {target:.2f}x",
+                            ratio >= target, raw, detail))  # fmt: skip
     return rows
 
 

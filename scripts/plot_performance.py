@@ -2,7 +2,8 @@
 
 Reads the JSON files that the benchmark scripts write with ``--json``
 (``bench_archive.json``, ``bench_read.json``, ``bench_write.json``,
-``bench_integrity.json``, ``bench_ops.json``, ``bench_remote.json``; whichever exist) and
+``bench_integrity.json``, ``bench_ops.json``, ``bench_remote.json``, ``bench_cache.json``,
+``bench_ecosystem.json``; whichever exist) and
 
 * draws ``docs/img/performance-NAME.png``, one plot per benchmark (readable at page width,
   every row's full name): every measured ratio as a horizontal bar, coloured by the same
@@ -44,7 +45,8 @@ from _benchlib import Results, Row, ratio_text
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS: tuple[str, ...] = (
-    "bench_archive", "bench_read", "bench_write", "bench_integrity", "bench_ops", "bench_remote",
+    "bench_archive", "bench_read", "bench_write", "bench_integrity", "bench_ops", "bench_remote", "bench_cache",
+    "bench_ecosystem",
 )  # fmt: skip
 TITLES: Mapping[str, str] = {
     "bench_archive": "Archive: records, opening, remote latency, store opening",
@@ -53,6 +55,8 @@ TITLES: Mapping[str, str] = {
     "bench_integrity": "Integrity: checksums written and verified, recovery, index check",
     "bench_ops": "Small operations: lookups, rows, batches, writes, imports (with h5py and the reference)",
     "bench_remote": "At scale: scans, faults and retries, packing on a cluster",
+    "bench_cache": "Local cache: random frames across 100 S3 archives",
+    "bench_ecosystem": "Ecosystem: xarray and numpy.asarray vs zarr-python",
 }
 _TABLE_START = re.compile(r"<!-- benchmark-table: (?P<name>[a-z_]+) -->\n")
 _TABLE_END = "<!-- end benchmark-table -->"

@@ -115,3 +115,26 @@ def test_an_extracted_hierarchy_opens_consolidated_in_zarr_python(tmp_path: Path
         warnings.simplefilter("error")
         opened = xr.open_zarr(folder)
     xr.testing.assert_identical(opened.load(), dataset)
+
+
+@pytest.mark.parametrize("zarr_format", FORMATS)
+def test_the_engine_reads_values_through_the_fast_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zarr_format: int
+) -> None:
+    from ncore_like import Array
+
+    path = tmp_path / "seq.itar"
+    dataset = write_archive(path, zarr_format)
+    reads: list[tuple[str, Any]] = []
+    original = Array.read
+
+    def spy(self: Array, selection: Any = (), **kwargs: Any) -> Any:
+        reads.append((self.path, selection))
+        return original(self, selection, **kwargs)
+
+    monkeypatch.setattr(Array, "read", spy)
+    with xr.open_dataset(path, engine="ncore_like") as opened:
+        assert {name for name, _ in reads} == {"time"}  # opening reads the index coordinate only
+        xr.testing.assert_identical(opened.load(), dataset)
+        np.testing.assert_array_equal(opened["points"][[0, 4], 1:3, -1].values, dataset["points"][[0, 4], 1:3, -1])
+    assert {name for name, _ in reads} == {"points", "speed", "time"}
