@@ -89,3 +89,23 @@ def test_a_failed_connection_is_retried_at_once_an_overloaded_server_after_a_wai
         gap = float(retried["start"]) - float(failed["end"])
         # Backoff waits at least half the base delay (jitter); a reset server says nothing of load.
         assert (gap >= 0.5 * RETRY_BASE_DELAY) == waits, gap
+
+
+@pytest.mark.parametrize("range_reads", [True, False])
+def test_a_stalled_body_is_given_up_after_the_read_timeout_and_retried(tmp_path: Path, range_reads: bool) -> None:
+    import time
+
+    import aiohttp
+
+    payloads = write(tmp_path)
+    with start_http(tmp_path, faults={2: "stall"}) as server:  # GET 1 opens the archive
+        # A per-request timeout is the filesystem's (aiohttp's here, s3fs's read_timeout on S3).
+        options = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(sock_read=0.5)}}
+        archive = IndexedTarArchive(
+            f"{server.endpoint}/seq.itar", index_tail_read_size=600, remote_range_reads=range_reads,
+            storage_options=options,
+        )  # fmt: skip
+        started = time.monotonic()
+        assert archive["frames/004"] == payloads["frames/004"]
+        assert time.monotonic() - started < 10  # the stall holds the body back for a minute
+        assert [str(record["status"]) for record in server.requests()[1:3]] == ["stall", "206"]

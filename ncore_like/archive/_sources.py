@@ -443,14 +443,34 @@ _TRANSIENT = frozenset(
 _TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
+def _http_status(error: BaseException) -> int | None:
+    """The HTTP status a failure answered with, if it says: aiohttp's ``status``, or the
+    response of a botocore error, also behind the errors s3fs translates them into (a
+    ``503 SlowDown`` becomes an ``OSError`` whose cause is botocore's)."""
+    seen: BaseException | None = error
+    for _ in range(4):  # the error and the few causes behind it
+        if seen is None:
+            return None
+        status = getattr(seen, "status", None)
+        if isinstance(status, int):
+            return status
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(code, int):
+                return code
+        seen = seen.__cause__
+    return None
+
+
 def is_transient(error: BaseException) -> bool:
     """True for failures of remote storage that another attempt may not meet: a dropped or
     reset connection, a body cut short, a timeout, HTTP 429 or 5xx. Missing objects (404),
     denied access (403) and bad requests are permanent."""
     if isinstance(error, FileNotFoundError | PermissionError | NcoreLikeError):
         return False
-    status = getattr(error, "status", None)
-    if isinstance(status, int):
+    status = _http_status(error)
+    if status is not None:
         return status in _TRANSIENT_STATUS
     return bool({cls.__name__ for cls in type(error).__mro__} & _TRANSIENT)
 
@@ -463,7 +483,7 @@ def _next_delay(error: Exception, attempt: int, deadline: float, name: str, what
     naming the attempts when they or the time are used up."""
     if not is_transient(error):
         raise error
-    if attempt == 1 and not isinstance(getattr(error, "status", None), int):
+    if attempt == 1 and _http_status(error) is None:
         delay = 0.0  # a connection failure, not an answer saying the service is overloaded
     else:
         delay = float(min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))

@@ -49,10 +49,15 @@ _RANGE_RE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
 ROOT_KEY = web.AppKey("root", Path)
 LATENCY_KEY = web.AppKey("latency", float)
 #: Faults by the number of the ``GET`` they hit (1-based): ``503``, ``429``, ``reset`` (the
-#: connection closed before any response) or ``cut`` (headers and half the body, then closed).
+#: connection closed before any response), ``cut`` (headers and half the body, then closed)
+#: or ``stall`` (headers and half the body, then nothing for STALL_SECONDS).
 FAULTS_KEY = web.AppKey("faults", dict)
 GETS_KEY = web.AppKey("gets", list)
 LOG_KEY = web.AppKey("log", RequestLog)
+
+
+#: How long a ``stall`` fault holds the rest of the body back (the client gives up first).
+STALL_SECONDS = 60.0
 
 
 class Unsatisfiable(Exception):
@@ -232,6 +237,8 @@ async def _faulty(
     await response.prepare(request)
     half = b"".join([chunk async for chunk in _read_file(target, first, length)])[: length // 2]
     await response.write(half)
+    if fault == "stall":
+        await asyncio.sleep(STALL_SECONDS)  # the rest comes too late, if the client still waits
     if transport is not None:
         transport.abort()  # the rest of the body never comes
     return response
@@ -349,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     parser: argparse.ArgumentParser = base_arg_parser(__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--dir", type=Path, required=True, help="directory to serve")
     parser.add_argument(
-        "--faults", default="", help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 429, reset, cut)"
+        "--faults", default="", help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 429, reset, cut, stall)"
     )
     args = parser.parse_args(argv)
     faults = {int(number): kind for number, _, kind in (item.partition("=") for item in args.faults.split(",") if item)}

@@ -22,8 +22,9 @@ concurrent requests overlap) and is then logged, see
 since the proxy started, retries included), as :mod:`tests.support.http_server` does, in
 the shapes S3 clients meet: ``503`` (an S3 ``SlowDown`` error), ``500`` (``InternalError``)
 and ``429`` answered without asking upstream; ``reset`` (the connection closed before any
-response); ``cut`` (the upstream's headers and half its body, then the connection closed).
-The log record's ``status`` says which fault hit the request.
+response); ``cut`` (the upstream's headers and half its body, then the connection closed);
+``stall`` (the same half, then nothing for :data:`STALL_SECONDS`). The log record's
+``status`` says which fault hit the request.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ _ERROR_FAULTS = {
     "500": ("InternalError", "We encountered an internal error. Please try again."),
     "429": ("SlowDown", "Please reduce your request rate."),
 }
-FAULT_KINDS = frozenset({*_ERROR_FAULTS, "reset", "cut"})
+FAULT_KINDS = frozenset({*_ERROR_FAULTS, "reset", "cut", "stall"})
+#: How long a ``stall`` fault holds the rest of the body back (the client gives up first).
+STALL_SECONDS = 60.0
 
 
 def parse_faults(text: str) -> dict[int, str]:
@@ -183,17 +186,19 @@ async def _fail_early(request: web.Request, record: dict[str, Any], fault: str) 
 
 
 async def _cut(
-    request: web.Request, record: dict[str, Any], status: int, headers: CIMultiDict[str], body: bytes
+    request: web.Request, record: dict[str, Any], status: int, headers: CIMultiDict[str], body: bytes, fault: str
 ) -> web.StreamResponse:
     """Sends the upstream's headers (the full ``Content-Length``) and half its body, then
-    closes the connection: the rest of the body never comes."""
-    record["status"] = "cut"
+    (``stall``: after a long wait) closes the connection: the rest of the body never comes."""
+    record["status"] = fault
     record["bytes"] = len(body) // 2
     record["end"] = time.time()
     request.app[LOG_KEY].write(record)
     response = web.StreamResponse(status=status, headers=headers)
     await response.prepare(request)
     await response.write(body[: len(body) // 2])
+    if fault == "stall":
+        await asyncio.sleep(STALL_SECONDS)
     if request.transport is not None:
         request.transport.abort()
     return response
@@ -215,7 +220,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if latency > 0:
         await asyncio.sleep(latency)
     fault = _next_fault(request)
-    if fault is not None and fault != "cut":
+    if fault is not None and fault not in ("cut", "stall"):
         return await _fail_early(request, record, fault)
     log = app[LOG_KEY]
     body = await request.read()
@@ -243,8 +248,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
         )
     async with upstream:
         out_headers = _filter_headers(upstream.headers.items(), keep_length=True)
-        if fault == "cut":
-            return await _cut(request, record, upstream.status, out_headers, await upstream.read())
+        if fault in ("cut", "stall"):
+            return await _cut(request, record, upstream.status, out_headers, await upstream.read(), fault)
         has_body = request.method != "HEAD" and upstream.status not in (204, 304)
         chunks: bytes | AsyncIterator[bytes] = _body_chunks(upstream) if has_body else b""
         return await respond(request, log, record, status=upstream.status, headers=out_headers, body=chunks)
