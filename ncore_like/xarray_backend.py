@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xarray import Dataset, Variable
@@ -23,8 +23,10 @@ from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.backends.zarr import ZarrBackendEntrypoint, ZarrStore
 from xarray.core import indexing
 
-from .nodes import Array, Group
 from .store import IndexedTarZarrStore
+
+if TYPE_CHECKING:  # the typed nodes come from the store (the layer above it isn't imported here)
+    from .nodes import Array, Group
 
 __all__ = ["NcoreLikeBackendEntrypoint"]
 
