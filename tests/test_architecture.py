@@ -82,3 +82,32 @@ def test_the_architecture_page_shows_the_imports() -> None:
         "docs/architecture.md shows another layer diagram than the imports give; "
         "regenerate it with `python -m tests.support.architecture`:\n" + expected
     )
+
+
+def test_both_zarr_python_modules_of_the_seam_define_the_same_names() -> None:
+    # One is imported per run (ncore_like._compat picks it): compared as source, so that a
+    # name added to one module only fails here, under either zarr-python.
+    import ast
+
+    def defined(module: str) -> tuple[list[str], set[str]]:
+        tree = ast.parse((REPO / "ncore_like" / "_compat" / f"{module}.py").read_text())
+        exported: list[str] = []
+        names: set[str] = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                        if target.id == "__all__":
+                            exported = list(ast.literal_eval(node.value))  # type: ignore[arg-type]
+            elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.ImportFrom):
+                names.update(alias.asname or alias.name for alias in node.names)
+        return exported, names
+
+    exported3, names3 = defined("zarr3")
+    exported2, names2 = defined("zarr2")
+    assert exported2 == exported3
+    assert set(exported3) <= names3 and set(exported2) <= names2
