@@ -109,3 +109,25 @@ def test_a_stalled_body_is_given_up_after_the_read_timeout_and_retried(tmp_path:
         assert archive["frames/004"] == payloads["frames/004"]
         assert time.monotonic() - started < 10  # the stall holds the body back for a minute
         assert [str(record["status"]) for record in server.requests()[1:3]] == ["stall", "206"]
+
+
+def test_bulk_reads_go_on_while_one_record_waits_for_its_retry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncore_like.archive import _sources, read_records
+
+    monkeypatch.setattr(_sources, "RETRY_BASE_DELAY", 0.5)  # a backoff of 0.25-0.75 s: time for many reads
+
+    payloads = {f"frames/{index:03d}": bytes([index]) * 50_000 for index in range(40)}
+    with IndexedTarArchive(tmp_path / "seq.itar", "w") as archive:
+        for key, payload in payloads.items():
+            archive[key] = payload
+    with start_http(tmp_path, latency=0.01, faults={3: "503"}) as server:  # GET 1 opens the archive
+        archive = IndexedTarArchive(f"{server.endpoint}/seq.itar", index_tail_read_size=600, remote_range_reads=True)
+        assert list(read_records(archive, list(payloads), threads=2)) == list(payloads.items())
+        requests = server.requests()
+        failed = next(index for index, record in enumerate(requests) if str(record["status"]) == "503")
+        retried = next(
+            index for index in range(failed + 1, len(requests)) if requests[index]["range"] == requests[failed]["range"]
+        )
+        # Records after the waiting one keep being read during its backoff (in order, they
+        # are handed out after it): more than two per thread.
+        assert retried - failed - 1 > 4
