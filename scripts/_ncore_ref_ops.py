@@ -80,6 +80,20 @@ def median_seconds(repeat: Callable[[int], float], repeats: int) -> float:
     return statistics.median(repeat(k) for k in range(repeats))
 
 
+def median_write_seconds(write: Callable[[Path], float], directory: Path, stem: str, repeats: int) -> float:
+    """The median of ``write(path)`` (which times its own span) over ``repeats`` new files
+    ``directory/stem-k.itar``, each deleted after its write."""
+
+    def repeat(k: int) -> float:
+        path = directory / f"{stem}-{k}.itar"
+        try:
+            return write(path)
+        finally:
+            path.unlink(missing_ok=True)
+
+    return median_seconds(repeat, repeats)
+
+
 def open_root(store: IndexedTarStore) -> zarr.Group:
     """The hierarchy's root, opened the reference's way: through the compressed consolidated metadata."""
     check(".zmetadata.cbor.xz" in store, f"{store.itar_upath} has no compressed consolidated metadata record")
@@ -212,14 +226,8 @@ def run_frames_write(spec: JsonDict) -> JsonDict:
     finally:
         path.unlink(missing_ok=True)
 
-    def repeat(k: int) -> float:
-        path = directory / f"ref-frames-{k}.itar"
-        try:
-            return write_frames(path, frames)
-        finally:
-            path.unlink(missing_ok=True)
-
-    return {"seconds": median_seconds(repeat, spec["repeats"]), "count": count, "nbytes": count * nbytes}
+    seconds = median_write_seconds(lambda path: write_frames(path, frames), directory, "ref-frames", spec["repeats"])
+    return {"seconds": seconds, "count": count, "nbytes": count * nbytes}
 
 
 def run_volume_write(spec: JsonDict) -> JsonDict:
@@ -249,14 +257,8 @@ def run_volume_write(spec: JsonDict) -> JsonDict:
     finally:
         path.unlink(missing_ok=True)
 
-    def repeat(k: int) -> float:
-        path = directory / f"ref-volume-{k}.itar"
-        try:
-            return write(path)
-        finally:
-            path.unlink(missing_ok=True)
-
-    return {"seconds": median_seconds(repeat, spec["repeats"]), "nbytes": int(data.nbytes)}
+    seconds = median_write_seconds(write, directory, "ref-volume", spec["repeats"])
+    return {"seconds": seconds, "nbytes": int(data.nbytes)}
 
 
 def run_row_writes(spec: JsonDict) -> JsonDict:
@@ -293,14 +295,8 @@ def run_row_writes(spec: JsonDict) -> JsonDict:
     finally:
         path.unlink(missing_ok=True)
 
-    def repeat(k: int) -> float:
-        path = directory / f"ref-rows-{k}.itar"
-        try:
-            return write(path)
-        finally:
-            path.unlink(missing_ok=True)
-
-    return {"seconds": median_seconds(repeat, spec["repeats"]), "count": rows}
+    seconds = median_write_seconds(write, directory, "ref-rows", spec["repeats"])
+    return {"seconds": seconds, "count": rows}
 
 
 RUNNERS: dict[str, Callable[[JsonDict], JsonDict]] = {

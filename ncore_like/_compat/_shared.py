@@ -93,6 +93,14 @@ class StorePrimitives(ABC):
     def listed_keys(self) -> list[str]:
         """Every key the store lists."""
 
+    def delete_prefix_sync(self, prefix: str) -> None:
+        """Deletes every key under ``prefix`` (every key for ``""``): what zarr-python asks
+        for when it opens a hierarchy with ``mode="w"``."""
+        start = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        for key in self.listed_keys():
+            if key.startswith(start):
+                self.delete_sync(key)
+
     @abstractmethod
     def list_dir_sync(self, prefix: str) -> Iterator[str]:
         """Names directly under ``prefix`` (no trailing ``/``; ``""`` for the root)."""

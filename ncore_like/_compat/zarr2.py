@@ -42,7 +42,6 @@ __all__ = [
     "chunk_key",
     "chunk_key_parts",
     "chunk_projections",
-    "create_array_node",
     "create_group",
     "create_subgroup",
     "fsspec_store",
@@ -145,12 +144,8 @@ class SyncZarrStore(zarr.storage.Store, StorePrimitives):  # type: ignore[misc]
         return sorted(self.list_dir_sync(path.strip("/")))
 
     def rmdir(self, path: str = "") -> None:
-        # What zarr-python calls when it opens a hierarchy with mode="w".
         self._check_writable()
-        start = f"{path.strip('/')}/" if path.strip("/") else ""
-        for key in self.listed_keys():
-            if key.startswith(start):
-                self.delete_sync(key)
+        self.delete_prefix_sync(path)
 
     def getsize(self, path: str = "") -> int:
         return self.value_size(path) or 0
@@ -258,24 +253,25 @@ def _refuse_format_3(store: ZarrStore, path: str) -> None:
         check_zarr_format(3)
 
 
+def _new_group(store: ZarrStore, path: str, attributes: dict[str, Any]) -> ZarrGroup:
+    """Writes the records of a group at ``path`` (an error if a node is there) and returns it."""
+    _refuse_existing_node(store, path)
+    prefix = f"{path}/" if path else ""
+    for name, data in group_records_v2(attributes).items():
+        write_record(store, prefix + name, data)
+    return group_from_document(store, path, {"zarr_format": 2, "attributes": attributes})
+
+
 def create_group(store: ZarrStore, attributes: dict[str, Any], zarr_format: ZarrFormat) -> ZarrGroup:
     """Creates the root group (existing nodes elsewhere in the store are kept)."""
     check_zarr_format(zarr_format)
-    _refuse_existing_node(store, "")
-    for name, data in group_records_v2(attributes).items():
-        write_record(store, name, data)
-    return group_from_document(store, "", {"zarr_format": 2, "attributes": attributes})
+    return _new_group(store, "", attributes)
 
 
 def create_subgroup(group: ZarrGroup, name: str, attributes: dict[str, Any]) -> ZarrGroup:
     """Creates a member group ``name`` (a direct member) of ``group`` (an error if a member
     of that name exists)."""
-    store = group.store
-    path = f"{group.path}/{name}" if group.path else name
-    _refuse_existing_node(store, path)
-    for record_name, data in group_records_v2(attributes).items():
-        write_record(store, f"{path}/{record_name}", data)
-    return group_from_document(store, path, {"zarr_format": 2, "attributes": attributes})
+    return _new_group(group.store, f"{group.path}/{name}" if group.path else name, attributes)
 
 
 def open_group(store: ZarrStore) -> ZarrGroup:
@@ -461,26 +457,6 @@ def write_array_metadata(
     for record_name, data in records.items():
         write_record(store, f"{path}/{record_name}", data)
     return path, document
-
-
-def create_array_node(
-    group: ZarrGroup,
-    name: str,
-    *,
-    shape: tuple[int, ...],
-    dtype: Any,
-    chunks: tuple[int, ...],
-    blosc: Blosc | None,
-    fill_value: Any,
-    attributes: dict[str, Any] | None,
-) -> ZarrArray:
-    """Writes the node metadata records of an array ``name`` (a direct member) in ``group``
-    and returns zarr-python's array."""
-    path, document = write_array_metadata(
-        group, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
-        attributes=attributes,
-    )  # fmt: skip
-    return array_from_document(group.store, path, document)
 
 
 def chunk_key(array: ZarrArray, coords: tuple[int, ...]) -> str:

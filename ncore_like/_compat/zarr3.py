@@ -43,7 +43,6 @@ __all__ = [
     "chunk_key",
     "chunk_key_parts",
     "chunk_projections",
-    "create_array_node",
     "create_group",
     "create_subgroup",
     "fsspec_store",
@@ -145,12 +144,8 @@ class SyncZarrStore(ZarrStore, StorePrimitives):
         self.delete_sync(key)
 
     async def delete_dir(self, prefix: str) -> None:
-        # What zarr-python calls when it opens a hierarchy with mode="w".
         self._check_writable()
-        start = f"{prefix.rstrip('/')}/" if prefix.strip("/") else ""
-        for key in self.listed_keys():
-            if key.startswith(start):
-                self.delete_sync(key)
+        self.delete_prefix_sync(prefix)
 
     async def list(self) -> AsyncIterator[str]:
         for key in self.listed_keys():
@@ -420,26 +415,6 @@ def write_array_metadata(
     for record_name, data in records.items():
         write_record(store, f"{path}/{record_name}", data)
     return path, document
-
-
-def create_array_node(
-    group: zarr.Group,
-    name: str,
-    *,
-    shape: tuple[int, ...],
-    dtype: Any,
-    chunks: tuple[int, ...],
-    blosc: Blosc | None,
-    fill_value: Any,
-    attributes: dict[str, Any] | None,
-) -> ZarrArray:
-    """Writes the node metadata records of an array ``name`` (a direct member) in ``group``
-    and returns zarr-python's array (see :func:`write_array_metadata`)."""
-    path, document = write_array_metadata(
-        group, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
-        attributes=attributes,
-    )  # fmt: skip
-    return array_from_document(group.store, path, document)
 
 
 def chunk_key(array: ZarrArray, coords: tuple[int, ...]) -> str:

@@ -3,7 +3,7 @@
 A chunk record is the chunk's elements in C order (zarr format 3: little-endian), padded
 to the full chunk shape with the fill value at the array's edges, then Blosc-compressed
 when a compression is set. That is what zarr-python stores for the node metadata that
-:func:`~ncore_like._compat.create_array_node` writes, so arrays encoded here on
+:func:`~ncore_like._compat.write_array_metadata` writes, so arrays encoded here on
 worker threads and arrays written through zarr-python are byte-identical.
 """
 

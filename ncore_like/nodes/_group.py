@@ -13,8 +13,8 @@ import numpy.typing as npt
 from .._compat import (
     ZarrGroup,
     ZarrNode,
+    array_from_document,
     array_zarr_format,
-    create_array_node,
     create_subgroup,
     is_group,
     member_names,
@@ -301,16 +301,12 @@ class Group(Node[ZarrGroup]):
             return parent._new_array(leaf, shape, dtype, chunks, compression, fill_value, attributes)
         blosc = compression.to_numcodecs() if compression is not None else None
         attrs = dict(attributes) if attributes else None
-        if self._store is None:
-            node = create_array_node(
-                self.zarr, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
-                attributes=attrs,
-            )  # fmt: skip
-            return Array(node, self._backend, store=self._store)
         path, document = write_array_metadata(
             self.zarr, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
             attributes=attrs,
         )  # fmt: skip
+        if self._store is None:
+            return Array(array_from_document(self.zarr.store, path, document), self._backend)
         view = parse_node(path, document, self.zarr_format, self._store.name)
         return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
 
