@@ -1,5 +1,5 @@
 """Shared fixtures: local S3 (moto behind a logging proxy) and HTTP servers on 127.0.0.1
-come from tests.support.fixtures."""
+come from tests.support.fixtures, a headless Chromium from tests.support.browser."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from tests.support.zarr_version import skip_format_3
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.browser"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
