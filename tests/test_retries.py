@@ -48,6 +48,19 @@ def test_async_reads_are_retried_too(tmp_path: Path) -> None:
         assert asyncio.run(read_all()) == list(payloads.values())
 
 
+@pytest.mark.parametrize("range_reads", [True, False])
+def test_a_body_that_ends_cleanly_but_short_is_retried_never_handed_out(tmp_path: Path, range_reads: bool) -> None:
+    # No transport error: a complete response of half the bytes asked for.
+    payloads = write(tmp_path)
+    with start_http(tmp_path, faults={2: "short", 4: "short"}) as server:  # GET 1 opens the archive
+        archive = IndexedTarArchive(
+            f"{server.endpoint}/seq.itar", index_tail_read_size=600, remote_range_reads=range_reads
+        )
+        assert archive["frames/002"] == payloads["frames/002"]
+        assert asyncio.run(archive.read_async("frames/004")) == payloads["frames/004"]
+        assert [str(record["status"]) for record in server.requests()[1:5]] == ["short", "206", "short", "206"]
+
+
 def test_a_failure_that_persists_names_archive_record_and_attempts(tmp_path: Path) -> None:
     write(tmp_path)
     every_read_fails = {number: "503" for number in range(3, 40)}  # GETs 1-2 open the archive
