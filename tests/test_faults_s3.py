@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from upath import UPath
 
-from ncore_like import IndexedTarArchive
+from ncore_like import IndexedTarArchive, RetryPolicy
 from ncore_like.archive import read_records, scan_records
 from ncore_like.errors import RemoteStorageError
 from tests.support import servers
@@ -127,6 +127,22 @@ def test_a_failure_that_persists_ends_in_a_clear_error_in_bounded_time(
     assert time.monotonic() - started < 10
     assert raised.value.archive == archive_url and raised.value.key == "frames/003"
     assert len(gets(faulty)) == 2 + 5  # the tail and the index, then five attempts
+
+
+@pytest.mark.parametrize("faulty", [{number: "503" for number in range(3, 60)}], indirect=True)
+@pytest.mark.parametrize("attempts", [5, 2])
+def test_the_retry_policy_replaces_the_filesystems_own_retries(
+    archive_url: str, faulty: ServerProcess, attempts: int
+) -> None:
+    # No setting of s3fs's or botocore's retries here: the policy sets them to one attempt,
+    # so that a failure that persists costs its attempts, not five times five times them.
+    policy = RetryPolicy(attempts=attempts)
+    archive = IndexedTarArchive(archive_url, index_tail_read_size=600, storage_options=options(faulty), retry=policy)
+    started = time.monotonic()
+    with pytest.raises(RemoteStorageError, match=rf"record 'frames/003'.*failed {attempts} times"):
+        archive["frames/003"]
+    assert time.monotonic() - started <= policy.worst_case_seconds(1.0)  # 503s answer at once
+    assert len(gets(faulty)) == 2 + attempts  # the tail and the index, then the attempts
 
 
 @pytest.mark.parametrize("faulty", [{}], indirect=True)

@@ -414,6 +414,32 @@ def test_recover_keeps_a_last_record_that_ends_exactly_at_the_end_of_the_file(tm
     assert {key: recovered[key] for key in recovered.keys()} == data
 
 
+def test_recovery_decisions_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from ncore_like.archive._format import member_header
+
+    path, data = tmp_path / "r.itar", records()
+    archive = unfinished(path, data)
+    flip(tmp_path / "r.itar.partial", archive.records["frames/004"].offset + 1)
+    with open(tmp_path / "r.itar.partial", "ab") as file:  # a torn record
+        file.write(member_header("torn", 5000, 0) + b"t" * 1000)
+    caplog.set_level(logging.INFO, logger="ncore_like")
+    recover(path)
+    logged = [(record.name, record.levelno, record.getMessage()) for record in caplog.records]
+    archive_layer = [entry for entry in logged if entry[0] == "ncore_like.archive.recover"]
+    assert any(
+        level == logging.WARNING and "'frames/004'" in message and "dropped" in message
+        for _, level, message in archive_layer
+    ), logged
+    kept = f"{len(data) - 1} records kept"
+    assert any(kept in message and "1 damaged" in message and "torn" in message for _, _, message in archive_layer)
+    assert any("copied to" in message for _, _, message in archive_layer)
+    assert any(name == "ncore_like.store.recover" and "no zarr root group" in message for name, _, message in logged), (
+        logged
+    )
+
+
 def test_recover_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no unfinished archive"):
         recover(tmp_path / "none.itar")

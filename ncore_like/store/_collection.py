@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..archive import IndexedTarArchive, Location
+from ..archive import IndexedTarArchive, Location, RetryPolicy, is_url
 from ..archive._cache import CacheOption, as_cache
 from ._itar_store import IndexedTarZarrStore
 
@@ -46,6 +46,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         max_open: Archives kept open at once per process (least recently used closed).
         cache: A :class:`~ncore_like.RecordCache` (or the path of its folder) that the remote
             archives read through, in every process (see the remote page).
+        retry: The :class:`~ncore_like.RetryPolicy` of the remote archives' reads.
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         storage_options: Mapping[str, Any] | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         cache: CacheOption = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be positive, got {max_open}")
@@ -65,6 +67,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         self._options = options
         self._max_open = max_open
         self._cache = as_cache(cache)
+        self._retry = retry
         self._init_open()
 
     def _init_open(self) -> None:
@@ -76,11 +79,18 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
 
     def __getstate__(self) -> dict[str, Any]:
         options, cache = self._options, self._cache
-        return {"locations": self._locations, "options": options, "max_open": self._max_open, "cache": cache}
+        return {
+            "locations": self._locations,
+            "options": options,
+            "max_open": self._max_open,
+            "cache": cache,
+            "retry": self._retry,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._locations, self._options, self._max_open = state["locations"], state["options"], state["max_open"]
         self._cache = state.get("cache")
+        self._retry = state.get("retry")
         self._init_open()
 
     # -- the archives ---------------------------------------------------------------------
@@ -111,7 +121,9 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         location = self._locations[index]
         remote = Location(location).local is None
         # Outside the lock: opening may take a request.
-        opened = IndexedTarZarrStore(location, storage_options=self._options if remote else None, cache=self._cache)
+        opened = IndexedTarZarrStore(
+            location, storage_options=self._options if remote else None, cache=self._cache, retry=self._retry
+        )
         with self._lock:
             store = self._open.setdefault(index, opened)  # another thread may have been first
             self._open.move_to_end(index)
@@ -157,7 +169,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
 def _expand(pattern: str, options: dict[str, Any]) -> list[str]:
     """The archives a glob pattern names, sorted; ValueError if none."""
     found: list[str]
-    location = Location(pattern, options or None) if "://" in pattern else None
+    location = Location(pattern, options or None) if is_url(pattern) else None
     if location is None:
         found = sorted(globbing.glob(pattern))
     elif location.local is not None:

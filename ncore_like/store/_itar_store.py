@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention, is_node_metadata_key, read_records
+from ..archive import IndexedTarArchive, IndexTailRetention, RetryPolicy, is_node_metadata_key, read_records
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
@@ -57,6 +57,7 @@ class IndexedTarZarrStore(Store):
         checksums: bool = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._archive = IndexedTarArchive(
             itar_path,
@@ -67,6 +68,7 @@ class IndexedTarZarrStore(Store):
             checksums=checksums,
             storage_options=storage_options,
             cache=cache,
+            retry=retry,
         )
         super().__init__(ItarZarrStore(self._archive))
         self._init_views()
@@ -96,6 +98,7 @@ class IndexedTarZarrStore(Store):
         verify_checksums: bool | None = None,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
+        retry: RetryPolicy | None = None,
     ) -> IndexedTarZarrStore:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
@@ -107,6 +110,7 @@ class IndexedTarZarrStore(Store):
             verify_checksums=verify_checksums,
             storage_options=storage_options,
             cache=cache,
+            retry=retry,
         )
         return cls._of_archive(archive)
 
