@@ -209,8 +209,7 @@ class IndexedTarArchive:
     @property
     def retry(self) -> RetryPolicy | None:
         """The retry policy of remote reads (None for archives opened for writing)."""
-        impl = self._impl
-        return impl.options.retry if isinstance(impl, ReadingArchive) else None
+        return self._impl.retry
 
     @property
     def file_size(self) -> int:
@@ -378,10 +377,7 @@ class IndexedTarArchive:
         self._impl.reload_resources()
 
     def __getstate__(self) -> dict[str, Any]:
-        impl = self._impl
-        if not isinstance(impl, ReadingArchive):
-            raise TypeError(f"{impl.name}: an archive opened for writing can't be pickled")
-        return impl.state()
+        return self._impl.state()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._impl = ReadingArchive.unpickled(state)

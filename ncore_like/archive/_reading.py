@@ -138,6 +138,7 @@ class ReadingArchive(ArchiveBase):
     ) -> None:
         super().__init__(location, table)
         self.options = options
+        self.retry: RetryPolicy | None = options.retry
         self.is_remote = is_remote
         self.remote_range_reads = options.remote_range_reads
         self.file_size = file_size

@@ -19,6 +19,7 @@ from ..errors import ChecksumError, ReadOnlyError
 from ._checksum import checksum
 from ._format import Index
 from ._location import Location
+from ._retry import RetryPolicy
 
 __all__ = ["ArchiveBase", "IndexTailRetention", "Record", "RecordTable", "RecordsView", "clipped"]
 
@@ -185,6 +186,7 @@ class ArchiveBase:
     is_remote = False
     remote_range_reads = False
     index_record: Record | None = None
+    retry: RetryPolicy | None = None
 
     @property
     def cache(self) -> Any:
@@ -196,6 +198,10 @@ class ArchiveBase:
 
     def read_span(self, offset: int, size: int) -> bytes:
         raise ValueError(f"{self.name}: spans are read from archives opened for reading")
+
+    def state(self) -> dict[str, Any]:
+        """What a pickled archive carries."""
+        raise TypeError(f"{self.name}: an archive opened for writing can't be pickled")
 
     def in_memory(self, key: str) -> bool:
         table = self.table

@@ -202,10 +202,6 @@ class FsspecSource:
     def read_tail(self, size: int) -> tuple[bytes, int | None]:
         return self._blocking(self.read_tail_async(size))
 
-    def info(self) -> dict[str, Any] | None:
-        """:meth:`info_async`, blocking."""
-        return self._blocking(self.info_async())
-
     def set_file_size(self, size: int) -> None:
         self._file_size = size
 
