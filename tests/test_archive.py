@@ -479,6 +479,12 @@ def test_file_and_memory_urls(tmp_path: Path) -> None:
     assert fsspec.filesystem("memory").cat_file("/archives/u.itar") == (tmp_path / "u.itar").read_bytes()
     in_memory = IndexedTarArchive(memory, remote_range_reads=True)
     assert not in_memory.is_remote and {key: in_memory[key] for key in records} == records
+    # Records outside a small tail read come through the buffered file object (a memory
+    # file keeps no block cache) or as ranges, blocking or async.
+    for range_reads in (False, True):
+        small_tail = IndexedTarArchive(memory, index_tail_read_size=600, remote_range_reads=range_reads)
+        assert not small_tail.in_memory("a") and small_tail["a"] == records["a"]
+        assert asyncio.run(small_tail.read_async("a")) == records["a"]
 
 
 # -- the process-wide cache of decoded indices ---------------------------------------------

@@ -146,7 +146,8 @@ class FsspecSource:
         # Through a file object, which every filesystem has (a negative start of cat_file
         # fails on the local copies of chained URLs, "simplecache::s3://...").
         with fs.open(self._path, "rb") as file:
-            file_size = file.seek(0, os.SEEK_END)
+            file.seek(0, os.SEEK_END)
+            file_size = int(file.tell())
             file.seek(max(0, file_size - size))
             return bytes(file.read()), file_size
 
