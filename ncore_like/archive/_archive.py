@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
 
 _MODES = ("r", "w")
+_DEFAULT_RETRY = RetryPolicy()
 
 
 def _read_options(
@@ -38,7 +39,7 @@ def _read_options(
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
     return ReadOptions(
-        index_tail_read_size, bool(remote_range_reads), verify_checksums, as_cache(cache), retry or RetryPolicy()
+        index_tail_read_size, bool(remote_range_reads), verify_checksums, as_cache(cache), retry or _DEFAULT_RETRY
     )
 
 

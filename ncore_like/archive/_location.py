@@ -44,17 +44,18 @@ class Location:
     """An archive's absolute location: :attr:`local` (an operating-system path) for local
     archives, :attr:`upath` (with its storage options) for any other fsspec filesystem."""
 
-    __slots__ = ("_upath", "local")
+    __slots__ = ("_name", "_upath", "local")
 
     def __init__(
         self, location: str | PurePath | UPath | Location, storage_options: Mapping[str, Any] | None = None
     ) -> None:
         self._upath: UPath | None
         self.local: str | None
+        self._name: str | None = None  # str() of a UPath takes tens of microseconds: once
         if storage_options:
             location = _with_options(location, storage_options)
         if isinstance(location, Location):
-            self.local, self._upath = location.local, location._upath
+            self.local, self._upath, self._name = location.local, location._upath, location._name
         elif _is_upath(location) or (isinstance(location, str) and is_url(location)):
             from upath import UPath
 
@@ -102,7 +103,10 @@ class Location:
     @property
     def name(self) -> str:
         """The location as people write it: a path for local files, a URL otherwise."""
-        return self.local if self.local is not None else str(self.upath)
+        name = self._name
+        if name is None:
+            name = self._name = self.local if self.local is not None else str(self.upath)
+        return name
 
     def same_as(self, other: Location) -> bool:
         """True if both name the same file (compared by location, not by content)."""

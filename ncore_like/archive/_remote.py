@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -31,6 +32,9 @@ T = TypeVar("T")
 #: of a random 800 KB read.)
 BUFFERED_BLOCK_SIZE = 128 * 1024
 _USER_BUFFER_OPTIONS = ("default_block_size", "default_cache_type", "block_size", "cache_type")
+#: The filesystem object archives read with (the retry policy's options), by that of the
+#: user's options; the same policy options for every policy, so one entry each.
+_reading_filesystems: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _is_async(fs: Any) -> bool:
@@ -70,15 +74,28 @@ class FsspecSource:
         self._remote = _is_async(self._fs)
 
     def _open_filesystem(self, upath: Any) -> tuple[Any, Any]:
-        """The ``UPath`` to read and its filesystem object, with the retry policy's options."""
-        options = self._retry.storage_options(upath.protocol, upath.storage_options)
-        if options != dict(upath.storage_options):
-            from upath import UPath
+        """The ``UPath`` to read and its filesystem object, made with the retry policy's
+        options: found again by the filesystem object of the user's options, which the
+        ``UPath`` keeps (a lookup in fsspec's instance cache tokenizes the options, tens of
+        microseconds of every opening)."""
+        theirs = upath.fs
+        try:
+            ours = _reading_filesystems.get(theirs)
+        except TypeError:  # unhashable, or without weak references: made each time
+            ours = None
+        if ours is None:
+            protocol, given = upath.protocol, dict(upath.storage_options)
+            options = self._retry.storage_options(protocol, given)
+            if options == given:
+                ours = theirs
+            else:
+                import fsspec
 
-            upath = UPath(str(upath), **options)
-        fs = upath.fs
-        self._retry.configure(fs)
-        return upath, fs
+                ours = fsspec.filesystem(protocol, **options)
+            self._retry.configure(ours)
+            with contextlib.suppress(TypeError):
+                _reading_filesystems[theirs] = ours
+        return upath, ours
 
     @property
     def is_remote(self) -> bool:
@@ -92,7 +109,8 @@ class FsspecSource:
     @property
     def storage_options(self) -> Mapping[str, Any]:
         """The options of the archive's filesystem (as the user gave them)."""
-        return self._location.storage_options
+        options: Mapping[str, Any] = self._upath.storage_options
+        return options
 
     def _filesystem(self) -> Any:
         if self._pid != os.getpid():
