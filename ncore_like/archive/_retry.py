@@ -20,7 +20,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._defaults import RETRY_ATTEMPTS, RETRY_BASE_DELAY, RETRY_DEADLINE, RETRY_MAX_DELAY
@@ -80,7 +80,7 @@ def is_transient(error: BaseException) -> bool:
     return bool({cls.__name__ for cls in type(error).__mro__} & _TRANSIENT)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RetryPolicy:
     """How remote reads meet transient failures (``retry=`` of
     :class:`~ncore_like.IndexedTarArchive` and the classes that open archives).
@@ -102,24 +102,37 @@ class RetryPolicy:
     module-level function to pickle).
     """
 
-    attempts: int = RETRY_ATTEMPTS
+    attempts: int
     """Attempts in all (1: no retries)."""
-    base_delay: float = RETRY_BASE_DELAY
+    base_delay: float
     """Seconds before the first retry after an answer (HTTP 429 or 5xx); then doubling."""
-    max_delay: float = RETRY_MAX_DELAY
+    max_delay: float
     """Longest wait between two attempts (before jitter)."""
-    deadline: float = RETRY_DEADLINE
+    deadline: float
     """No attempt starts later than this many seconds after the first."""
-    transient: Callable[[BaseException], bool] = field(default=is_transient)
+    transient: Callable[[BaseException], bool]
     """Which failures are worth another attempt (default: :func:`is_transient`)."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.attempts, int) or self.attempts < 1:
-            raise ValueError(f"retry policy: attempts must be a positive integer, got {self.attempts!r}")
-        for name in ("base_delay", "max_delay", "deadline"):
-            value = getattr(self, name)
+    def __init__(
+        self,
+        attempts: int = RETRY_ATTEMPTS,
+        base_delay: float = RETRY_BASE_DELAY,
+        max_delay: float = RETRY_MAX_DELAY,
+        deadline: float = RETRY_DEADLINE,
+        transient: Callable[[BaseException], bool] = is_transient,
+    ) -> None:
+        # Written out (a dataclass's own __init__ would show the defaults' names, not their
+        # values, in the API reference).
+        if not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"retry policy: attempts must be a positive integer, got {attempts!r}")
+        for name, value in (("base_delay", base_delay), ("max_delay", max_delay), ("deadline", deadline)):
             if not value >= 0:  # also refuses NaN
                 raise ValueError(f"retry policy: {name} must be seconds >= 0, got {value!r}")
+        object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "base_delay", float(base_delay))
+        object.__setattr__(self, "max_delay", float(max_delay))
+        object.__setattr__(self, "deadline", float(deadline))
+        object.__setattr__(self, "transient", transient)
 
     def delay(self, error: BaseException, attempt: int) -> float:
         """Seconds to wait after attempt ``attempt`` (from 1) failed with ``error``."""
