@@ -45,7 +45,10 @@ def run_and_kill(args: list[str], kill_after: int, delay: float) -> list[str]:
         time.sleep(delay)
     finally:
         process.send_signal(signal.SIGKILL)
-        rest, _ = process.communicate(timeout=60)
+        # Read through the text stream: it holds lines that readline() fetched ahead, which
+        # communicate(timeout=...) would skip (it reads the pipe itself).
+        rest = process.stdout.read()
+        process.wait(timeout=60)
     lines += [line.strip() for line in rest.splitlines() if line.strip()]
     return lines
 
