@@ -10,7 +10,7 @@ written under either version are byte-identical.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any, Literal, NamedTuple, TypeAlias
 
@@ -222,9 +222,10 @@ def local_store(path: str, *, read_only: bool) -> ZarrStore:
     return _ReadOnlyStore(store) if read_only else store
 
 
-def fsspec_store(url: str, storage_options: Mapping[str, Any], *, read_only: bool) -> ZarrStore:
-    """zarr-python's store of an fsspec URL (a prefix of many keys)."""
-    return zarr.storage.FSStore(url, mode="r" if read_only else "w", **dict(storage_options))
+def fsspec_store(fs: Any, path: str, *, read_only: bool) -> ZarrStore:
+    """zarr-python's store of the keys under ``path`` of an fsspec filesystem (e.g. a
+    ``UPath``'s, with its storage options; chained URLs included)."""
+    return zarr.storage.FSStore(path, fs=fs, mode="r" if read_only else "w")
 
 
 def store_read_only(store: ZarrStore) -> bool:

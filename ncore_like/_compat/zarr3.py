@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import numcodecs
@@ -195,9 +195,11 @@ def local_store(path: str, *, read_only: bool) -> ZarrStore:
     return LocalStore(path, read_only=read_only)
 
 
-def fsspec_store(url: str, storage_options: Mapping[str, Any], *, read_only: bool) -> ZarrStore:
-    """zarr-python's store of an fsspec URL (a prefix of many keys)."""
-    return FsspecStore.from_url(url, storage_options=dict(storage_options), read_only=read_only)
+def fsspec_store(fs: Any, path: str, *, read_only: bool) -> ZarrStore:
+    """zarr-python's store of the keys under ``path`` of an fsspec filesystem (e.g. a
+    ``UPath``'s, which has the storage options, chained URLs such as ``zip://a.zarr::b.zip``
+    included: zarr-python's ``from_url`` would take the chain apart a second time)."""
+    return FsspecStore.from_mapper(fs.get_mapper(path), read_only=read_only)
 
 
 def byte_range_bounds(byte_range: ByteRequest | None, size: int) -> tuple[int, int]:

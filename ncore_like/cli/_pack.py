@@ -23,6 +23,7 @@ from ..archive._format import INDEX_MAGIC
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._common import (
+    EXPECTED_ERRORS,
     CommandError,
     Location,
     add_quiet_option,
@@ -118,8 +119,35 @@ def _source_kind(source: Location) -> SourceKind:
         return "archive"
     if source.upath.name.endswith(".itar"):
         return "archive"
-    # One request tells an archive (a file) from a store (a prefix of many keys).
-    return "archive" if source.upath.is_file() else "store"
+    try:
+        # One request tells an archive (a file) from a store (a prefix of many keys).
+        return "archive" if source.upath.is_file() else "store"
+    except EXPECTED_ERRORS:
+        raise
+    except Exception as error:  # the filesystem of a chained URL (zip::, tar::...) failed to open its file
+        raise CommandError(f"{source.name}: can't be opened ({type(error).__name__}: {error})") from error
+
+
+def _open_store_root(source: Location, store: Store) -> Group:
+    """The root group of a zarr store source; a CommandError saying what is there instead
+    when it holds no hierarchy at its top (e.g. the root of a zip file whose hierarchy is in
+    a folder)."""
+    try:
+        return store.open_root_group(consolidated="auto")
+    except FileNotFoundError as error:
+        try:
+            names = sorted(path.name for path in source.upath.iterdir())
+        except (FileNotFoundError, NotADirectoryError):  # universal-pathlib's answer for nothing there
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name) from error
+        except Exception:  # the listing is a hint; the error stands without it
+            raise error from None
+        if not names:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name) from error
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        raise CommandError(
+            f"{source.name}: no zarr hierarchy at its top (no .zgroup or zarr.json); it holds {shown} "
+            "(name the folder of the hierarchy)"
+        ) from error
 
 
 def _is_plain_tar(path: Path) -> bool:
@@ -141,7 +169,7 @@ def _source_store(source: Location, kind: SourceKind) -> Store:
     if kind == "directory":
         assert source.local is not None
         return ZarrStoreAdapter(local_store(source.local, read_only=True))
-    return ZarrStoreAdapter(fsspec_store(str(source.upath), source.upath.storage_options, read_only=True))
+    return ZarrStoreAdapter(fsspec_store(source.upath.fs, source.upath.path, read_only=True))
 
 
 def _remove(location: Location) -> None:
@@ -360,7 +388,7 @@ def pack_one(src: str, dest_text: str, options: _Options) -> list[str]:
                     raise CommandError(f"{source.name}: no zarr hierarchy to re-encode")
                 root = open_root(src_store, src_store.archive) if src_format is not None else None
             else:
-                root = src_store.open_root_group(consolidated="auto")
+                root = _open_store_root(source, src_store)
                 src_format = root.zarr_format
             zarr_format: ZarrFormat = options.zarr_format or src_format or 2
             if (zarr_format == src_format and compression == _KEEP) or root is None:
