@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from ncore_like.backend import is_blob
 from ncore_like.cli import main, render_tree
 from ncore_like.store import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
 from tests.support import zarr_api
-from tests.support.archives import rewrite_index
+from tests.support.archives import FOREIGN_MESSAGES, foreign_files, rewrite_index
 from tests.support.zarr_version import zarr3_only
 
 REPO = Path(__file__).resolve().parent.parent
@@ -734,6 +735,12 @@ def test_bad_archives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     junk.write_bytes(b"x" * 3000)
     code, _, err = cli(capsys, "info", str(junk))
     assert code == 1 and str(junk) in err and "not an indexed tar archive" in err
+    # Plain tar, zip and compressed files: every command says what the file is and what to do.
+    for kind, path in foreign_files(tmp_path / "foreign").items():
+        for command in ("info", "ls", "verify", "tree", "pack"):
+            code, out, err = cli(capsys, command, str(path), *([str(tmp_path / "p.itar")] if command == "pack" else []))
+            assert code == 1 and out == "" and re.search(FOREIGN_MESSAGES[kind], err), (command, err)
+            assert err.count(str(path)) == 1 + ("zip://FOLDER::" in err), err  # named once (and in the advice)
 
     raw = tmp_path / "raw.itar"
     with IndexedTarArchive(raw, "w") as writer:

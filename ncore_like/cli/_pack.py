@@ -19,7 +19,6 @@ from typing import Any, Literal
 from .._compat import fsspec_store, local_store
 from .._concurrency import default_workers, ordered_map
 from ..archive import IndexedTarArchive, scan_records, verify_archive
-from ..archive._format import INDEX_MAGIC
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._common import (
@@ -111,12 +110,7 @@ def _source_kind(source: Location) -> SourceKind:
             return "directory"
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name)
-        if _is_plain_tar(path):
-            raise CommandError(
-                f"{source.name}: a plain tar file without an index, not an indexed tar archive; unpack it "
-                "(tar -xf) and pack the folder of the zarr hierarchy"
-            )
-        return "archive"
+        return "archive"  # opening it says what a file that is no archive is (a plain tar, a zip...)
     if source.upath.name.endswith(".itar"):
         return "archive"
     try:
@@ -148,19 +142,6 @@ def _open_store_root(source: Location, store: Store) -> Group:
             f"{source.name}: no zarr hierarchy at its top (no .zgroup or zarr.json); it holds {shown} "
             "(name the folder of the hierarchy)"
         ) from error
-
-
-def _is_plain_tar(path: Path) -> bool:
-    """True for tar files without an archive's index (ustar magic at the start, no index
-    header at the end)."""
-    try:
-        with path.open("rb") as file:
-            head = file.read(512)
-            file.seek(-512, os.SEEK_END)
-            tail = file.read(512)
-    except OSError:
-        return False
-    return head[257:262] == b"ustar" and not tail.startswith(INDEX_MAGIC)
 
 
 def _source_store(source: Location, kind: SourceKind) -> Store:
