@@ -23,7 +23,7 @@ from zarr.meta import Metadata2
 
 from .._lru import LRUCache, process_cache
 from ..errors import ReadOnlyError
-from ._shared import StorePrimitives, checked_format, encode_json, group_records_v2, parsing
+from ._shared import StorePrimitives, checked_format, encode_json, group_records_v2, json_document, parsing
 
 __all__ = [
     "ZARR_FORMATS",
@@ -35,6 +35,7 @@ __all__ = [
     "ZarrGroup",
     "ZarrNode",
     "ZarrStore",
+    "array_document",
     "array_from_document",
     "array_zarr_format",
     "blosc_compressor",
@@ -556,6 +557,15 @@ def blosc_compressor(array: ZarrArray) -> Blosc | Literal["other"] | None:
     if compressor is None:
         return None
     return compressor if isinstance(compressor, numcodecs.Blosc) else "other"
+
+
+def array_document(array: ZarrArray) -> dict[str, Any]:
+    """The array's metadata document as JSON holds it (``.zarray`` plus ``"attributes"``),
+    the form views of node metadata have."""
+    prefix = f"{array.path}/" if array.path else ""
+    zarray = json.loads(read_record(array.store, prefix + ".zarray") or b"{}")
+    document: dict[str, Any] = json_document({**zarray, "attributes": array.attrs.asdict()})
+    return document
 
 
 def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:

@@ -24,7 +24,7 @@ from zarr.storage import FsspecStore, LocalStore, StorePath
 
 from .._concurrency import sync
 from .._lru import LRUCache, process_cache
-from ._shared import StorePrimitives, checked_format, parsing
+from ._shared import StorePrimitives, checked_format, json_document, parsing
 
 __all__ = [
     "ZARR_FORMATS",
@@ -36,6 +36,7 @@ __all__ = [
     "ZarrGroup",
     "ZarrNode",
     "ZarrStore",
+    "array_document",
     "array_from_document",
     "array_zarr_format",
     "blosc_compressor",
@@ -532,6 +533,13 @@ def blosc_compressor(array: ZarrArray) -> Blosc | Literal["other"] | None:
         shuffle = ("noshuffle", "shuffle", "bitshuffle").index(codec.shuffle.value)
         return numcodecs.Blosc(cname=codec.cname.value, clevel=codec.clevel, shuffle=shuffle, blocksize=codec.blocksize)
     return "other"
+
+
+def array_document(array: ZarrArray) -> dict[str, Any]:
+    """The array's metadata document as JSON holds it (v2: ``.zarray`` plus ``"attributes"``;
+    v3: ``zarr.json``), the form views of node metadata have."""
+    document: dict[str, Any] = json_document(array.metadata.to_dict())
+    return document
 
 
 def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:

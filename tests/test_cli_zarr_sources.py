@@ -1,0 +1,125 @@
+"""The command line and the typed API on hierarchies zarr-python wrote with codecs other
+than Blosc, and with variable-length bytes (e.g. one chunk of many encoded frames): what
+``tree`` and :attr:`Array.codecs` say, ``cat`` of selections, ``pack --bytes-as-blobs``.
+zarr-python's own metadata and values are the oracle."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+
+from ncore_like import BloscCompression, IndexedTarZarrStore
+from ncore_like.cli import main
+from tests.support import zarr_api
+
+FRAMES = [b"\xff\xd8" + bytes([index]) * (index * 37 % 200) + b"\x00\xff\xd9" for index in range(23)]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_zarr_warnings() -> Iterator[None]:
+    # zarr-python warns that variable-length bytes have no zarr format 3 specification yet.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="zarr")
+        yield
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def codec(name: str, zarr_format: int) -> Any:
+    """A compressor of zarr-python's own kind for the format: numcodecs' (format 2), zarr's
+    codec classes (format 3)."""
+    if zarr_format == 2:
+        return {"zstd": numcodecs.Zstd(level=3), "gzip": numcodecs.GZip(level=5), "blosc": zarr_api.blosc()}[name]
+    from zarr import codecs
+
+    return {
+        "zstd": codecs.ZstdCodec(level=3),
+        "gzip": codecs.GzipCodec(level=5),
+        "crc32c": codecs.Crc32cCodec(),
+        "blosc": codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+    }[name]
+
+
+def write_mixed(directory: Path, zarr_format: int) -> Any:
+    """A hierarchy as zarr-python writes it: zstd, gzip, (format 3) crc32c, (format 2) a delta
+    filter, Blosc, raw chunks, and variable-length bytes; returns its root group."""
+    root = zarr_api.open_group(zarr_api.directory_store(directory), "w", zarr_format=zarr_format)
+    values = np.arange(120, dtype=np.int32).reshape(30, 4)
+
+    def array(name: str, compressor: Any, filters: list[Any] | None = None) -> None:
+        created = zarr_api.create_array_with(
+            root, name, shape=values.shape, dtype="int32", chunks=(8, 4), compressor=compressor, filters=filters
+        )
+        created[:] = values
+
+    for name in ["zstd", "gzip", "blosc"] + (["crc32c"] if zarr_format == 3 else []):
+        array(name, codec(name, zarr_format))
+    if zarr_format == 2:
+        array("delta", numcodecs.GZip(level=5), [numcodecs.Delta(dtype="<i4")])
+    array("raw", None)
+    cameras = zarr_api.create_group(root, "cameras", {"rig": "roof"})
+    zarr_api.create_vlen_bytes_array(cameras, "front", FRAMES, chunks=(len(FRAMES),))
+    return root
+
+
+def stored_codecs(array: Any) -> list[dict[str, Any]]:
+    """The codec chain in zarr-python's own metadata document, as JSON holds it."""
+    document = json.loads(json.dumps(zarr_api.metadata_document(array)))
+    if "codecs" in document:
+        return list(document["codecs"])
+    return [*(document["filters"] or []), *([document["compressor"]] if document["compressor"] else [])]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_tree_names_codecs_and_compression_points_to_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], zarr_format: int
+) -> None:
+    source = write_mixed(tmp_path / "mixed.zarr", zarr_format)
+    archive = tmp_path / "mixed.itar"
+    assert main(["pack", "-q", str(tmp_path / "mixed.zarr"), str(archive)]) == 0  # records copied as they are
+    code, out, err = cli(capsys, "tree", str(archive))
+    assert code == 0, err
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith(("├", "└", "│ "))}
+    assert "zstd 3," in lines["zstd"] and "gzip 5," in lines["gzip"]
+    assert "blosc lz4/5/shuffle," in lines["blosc"] and "int32 (30, 4), chunks (8, 4), none," in lines["raw"]
+    if zarr_format == 3:
+        assert ", crc32c," in lines["crc32c"]
+    else:
+        assert "delta + gzip 5," in lines["delta"]
+    assert "other" not in out
+    front = next(line for line in out.splitlines() if "front" in line)
+    # Variable-length bytes: named, and no ratio (their size unread is unknown, not 8 bytes each).
+    assert "vlen-bytes" in front and front.endswith("ratio -"), front
+
+    code, out, _ = cli(capsys, "tree", "--json", str(archive))
+    document = json.loads(out)
+    members = {member["name"]: member for member in document["members"]}
+    frames = members["cameras"]["members"][0]
+    assert frames["nbytes"] is None and frames["ratio"] is None and frames["stored_bytes"] > 0
+    assert members["zstd"]["ratio"] == pytest.approx(480 / members["zstd"]["stored_bytes"])
+
+    with IndexedTarZarrStore(archive) as store:
+        root = store.open_root_group()
+        for name, array in root.items():
+            if name == "cameras":
+                continue
+            assert list(array.codecs) == stored_codecs(source[name]), name
+            if name == "blosc":
+                assert array.compression == BloscCompression("lz4", 5, "shuffle")
+            elif name == "raw":
+                assert array.compression is None
+            else:
+                with pytest.raises(ValueError, match=r"codecs other than one Blosc compressor \(.+\); Array.codecs"):
+                    array.compression  # noqa: B018 - the property raises
+        assert list(root.array("cameras/front").codecs) == stored_codecs(source["cameras/front"])
