@@ -412,10 +412,14 @@ def array_metadata_records(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """The ``.zarray`` and ``.zattrs`` records of an array, byte for byte as zarr-python 3
-    writes them, and the node's metadata document (``.zarray`` plus ``"attributes"``)."""
+    writes them, and the node's metadata document (``.zarray`` plus ``"attributes"``).
+    ``dimension_names`` are zarr format 3's (format 2 has none: ValueError)."""
     check_zarr_format(zarr_format)
+    if dimension_names is not None:
+        raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
     template = _array_template(shape, dtype, chunks, blosc, fill_value)
     attributes = dict(attributes or {})
     return {".zarray": template.zarray, ".zattrs": encode_json(attributes)}, {
@@ -443,6 +447,7 @@ def write_array_metadata(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Writes the node metadata records of a new array ``name`` (a direct member: no ``/``)
     of ``group`` and returns its path and metadata document.
@@ -454,8 +459,9 @@ def write_array_metadata(
     path = f"{group.path}/{name}" if group.path else name
     _refuse_existing_node(store, path)
     records, document = array_metadata_records(
-        2, shape=shape, dtype=np.dtype(dtype), chunks=chunks, blosc=blosc, fill_value=fill_value, attributes=attributes
-    )
+        2, shape=shape, dtype=np.dtype(dtype), chunks=chunks, blosc=blosc, fill_value=fill_value, attributes=attributes,
+        dimension_names=dimension_names,
+    )  # fmt: skip
     for record_name, data in records.items():
         write_record(store, f"{path}/{record_name}", data)
     return path, document

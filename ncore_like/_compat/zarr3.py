@@ -102,7 +102,11 @@ class SyncZarrStore(ZarrStore, StorePrimitives):
             data = None if bounds is None else self.read_range(key, *bounds)
         return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
-    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+    async def get(
+        self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        # The prototype is optional, as for zarr-python's own stores (xarray, for one, leaves it out).
+        prototype = prototype or default_buffer_prototype()
         if byte_range is None:
             data = await self.read_value_async(key)
         else:
@@ -302,11 +306,12 @@ _templates: LRUCache[tuple[Any, ...], _ArrayTemplate] = process_cache(256)
 
 def _array_template(
     zarr_format: ZarrFormat, shape: tuple[int, ...], dtype: np.dtype[Any], chunks: tuple[int, ...], blosc: Blosc | None,
-    fill_value: Any,
+    fill_value: Any, dimension_names: tuple[str | None, ...] | None = None,
 ) -> _ArrayTemplate:  # fmt: skip
     fill_key = np.asarray(fill_value, dtype=dtype).tobytes() if fill_value is not None else None
     config = None if blosc is None else tuple(sorted(blosc.get_config().items()))
-    key = (zarr_format, shape, dtype, chunks, config, fill_key)  # dtypes compare by byte order too
+    # dtypes compare by byte order too
+    key = (zarr_format, shape, dtype, chunks, config, fill_key, dimension_names)
 
     def make() -> _ArrayTemplate:
         records: dict[str, Buffer] = {}
@@ -319,6 +324,7 @@ def _array_template(
             filters=None,
             fill_value=fill_value,
             zarr_format=zarr_format,
+            dimension_names=dimension_names,
         )
         if zarr_format == 3:
             return _ArrayTemplate(json.loads(records["zarr.json"].to_bytes()), None)
@@ -339,17 +345,21 @@ def array_metadata_records(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """The node metadata records of an array (by name within the node: ``zarr.json``, or
     ``.zarray`` and ``.zattrs``), byte for byte as zarr-python writes them, and the node's
-    metadata document (v2: ``.zarray`` plus ``"attributes"``).
+    metadata document (v2: ``.zarray`` plus ``"attributes"``). ``dimension_names``: zarr
+    format 3's (format 2 has none: ValueError).
 
     The codec chain is exactly one Blosc compressor (``blosc``) or none, with no filters, so
     chunk records are ``blosc(C-order bytes)`` (little-endian bytes in format 3). zarr-python
     builds the metadata once per shape, dtype, chunks, codecs and fill value; the attributes
     are serialised here the way it does (``json.dumps`` with its configured indent).
     """
-    template = _array_template(zarr_format, shape, dtype, chunks, blosc, fill_value)
+    if dimension_names is not None and zarr_format != 3:
+        raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
+    template = _array_template(zarr_format, shape, dtype, chunks, blosc, fill_value, dimension_names)
     attributes = dict(attributes or {})
     indent = zarr.config.get("json_indent")
     if zarr_format == 3:
@@ -398,6 +408,7 @@ def write_array_metadata(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Writes the node metadata records of a new array ``name`` (a direct member: no ``/``)
     of ``group`` and returns its path and metadata document (see
@@ -413,7 +424,7 @@ def write_array_metadata(
     _refuse_existing_node(store, path, zarr_format)
     records, document = array_metadata_records(
         zarr_format, shape=shape, dtype=np.dtype(dtype), chunks=chunks, blosc=blosc, fill_value=fill_value,
-        attributes=attributes,
+        attributes=attributes, dimension_names=dimension_names,
     )  # fmt: skip
     for record_name, data in records.items():
         write_record(store, f"{path}/{record_name}", data)

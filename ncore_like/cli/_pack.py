@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from ._common import (
     progress,
     reporting,
 )
+from ._convert import carried_over
 from ._hierarchy import ROOT_METADATA_KEYS, has_hierarchy, is_blob, open_root, root_zarr_format, walk
 
 __all__ = ["register", "run"]
@@ -301,7 +302,13 @@ def _reencode(
             parent, node = groups[step.parent], step.node
             attributes = dict(node.attributes)
             if isinstance(payload, EncodedArray):
-                parent.create_encoded_array(node.name, payload, attributes=attributes)
+                assert isinstance(node, Array)
+                kept = carried_over(node, root.zarr_format, zarr_format)
+                if kept.fill_value is not None or zarr_format == 2:
+                    payload = replace(payload, fill_value=kept.fill_value)
+                parent.create_encoded_array(
+                    node.name, payload, attributes=kept.attributes, dimension_names=kept.dimension_names
+                )
             elif isinstance(payload, bytes):
                 parent.create_bytes_array(node.name, payload, attributes=attributes)
             else:
