@@ -5,6 +5,7 @@ zarr-python's own metadata and values are the oracle."""
 
 from __future__ import annotations
 
+import io
 import json
 import warnings
 from collections.abc import Iterator
@@ -123,3 +124,74 @@ def test_tree_names_codecs_and_compression_points_to_them(
                 with pytest.raises(ValueError, match=r"codecs other than one Blosc compressor \(.+\); Array.codecs"):
                     array.compression  # noqa: B018 - the property raises
         assert list(root.array("cameras/front").codecs) == stored_codecs(source["cameras/front"])
+
+
+def cat(capsysbinary: pytest.CaptureFixture[bytes], archive: Path, key: str) -> tuple[int, bytes, str]:
+    code = main(["cat", str(archive), key])
+    captured = capsysbinary.readouterr()
+    return code, captured.out, captured.err.decode()
+
+
+def load(data: bytes) -> np.ndarray[Any, Any]:
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_cat_of_selections_and_variable_length_elements(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], zarr_format: int
+) -> None:
+    directory = tmp_path / "seq.zarr"
+    root = zarr_api.open_group(zarr_api.directory_store(directory), "w", zarr_format=zarr_format)
+    poses = np.arange(40 * 16, dtype=np.float64).reshape(40, 4, 4)
+    points = np.random.default_rng(5).normal(size=(9, 50, 4)).astype(np.float32)
+    zarr_api.create_array_with(root, "poses", shape=poses.shape, dtype="float64", chunks=(16, 4, 4))[:] = poses
+    lidar = zarr_api.create_group(root, "lidar")
+    zarr_api.create_array_with(lidar, "points", shape=points.shape, dtype="float32", chunks=(2, 50, 4))[:] = points
+    cameras = zarr_api.create_group(root, "cameras")
+    zarr_api.create_vlen_bytes_array(cameras, "front", FRAMES, chunks=(len(FRAMES),))
+    archive = tmp_path / "seq.itar"
+    assert main(["pack", "-q", str(directory), str(archive)]) == 0
+    oracle = zarr_api.open_group(zarr_api.directory_store(directory, read_only=True), "r")
+
+    selections = {
+        "lidar/points[3]": np.s_[3],
+        "poses[10:20]": np.s_[10:20],
+        "poses[ -1 , :2, ::-1 ]": np.s_[-1, :2, ::-1],
+        "poses[..., 0]": np.s_[..., 0],
+        "poses[5, 1, 2]": np.s_[5, 1, 2],
+        "poses[::7,]": np.s_[::7],
+        "lidar/points[1:8:3, 10:12]": np.s_[1:8:3, 10:12],
+    }
+    for key, selection in selections.items():
+        code, out, err = cat(capsysbinary, archive, key)
+        assert code == 0, (key, err)
+        path = key.partition("[")[0]
+        values = load(out)
+        source = poses if path == "poses" else points
+        np.testing.assert_array_equal(values, source[selection], err_msg=key)  # numpy's answer
+        # zarr-python's values (it takes no negative steps: selected by numpy)
+        np.testing.assert_array_equal(values, np.asarray(oracle[path][...])[selection], err_msg=key)
+        assert values.dtype == source.dtype and values.shape == source[selection].shape
+
+    # One element of variable-length bytes: its bytes, as zarr-python reads them.
+    for index in (0, 2, -1, 22):
+        code, out, err = cat(capsysbinary, archive, f"cameras/front[{index}]")
+        assert code == 0 and out == FRAMES[index] == oracle["cameras/front"][index], err
+    for key, count in (("cameras/front", 23), ("cameras/front[1:3]", 2)):
+        code, out, err = cat(capsysbinary, archive, key)
+        assert code == 1 and out == b"" and f"variable-length elements ({count} selected)" in err
+        assert "'cameras/front[0]'" in err and "--bytes-as-blobs" in err and "pickle" not in err
+
+    # Selections are parsed, never evaluated; mistakes are named.
+    for key, message in (
+        ("poses[__import__('os').getpid()]", "is not understood"),
+        ("poses[1;2]", "is not understood"),
+        ("poses[]", "is not understood"),
+        ("poses[1:2:0]", "a step of 0"),
+        ("poses[40]", "out of bounds"),
+        ("poses[1, 2, 3, 4]", "too many indices"),
+        ("posse[1]", "no record or array 'posse' (did you mean"),
+    ):
+        code, out, err = cat(capsysbinary, archive, key)
+        assert code == 1 and out == b"" and message in err and "Traceback" not in err, (key, err)
+        assert err.startswith("ncore-like: error: ") and str(archive) in err
