@@ -16,7 +16,7 @@ import numcodecs
 import numpy as np
 import pytest
 
-from ncore_like import BloscCompression, IndexedTarZarrStore
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore
 from ncore_like.cli import main
 from tests.support import zarr_api
 
@@ -70,7 +70,8 @@ def write_mixed(directory: Path, zarr_format: int) -> Any:
         array("delta", numcodecs.GZip(level=5), [numcodecs.Delta(dtype="<i4")])
     array("raw", None)
     cameras = zarr_api.create_group(root, "cameras", {"rig": "roof"})
-    zarr_api.create_vlen_bytes_array(cameras, "front", FRAMES, chunks=(len(FRAMES),))
+    front = zarr_api.create_vlen_bytes_array(cameras, "front", FRAMES, chunks=(len(FRAMES),))
+    front.attrs.update({"codec": "jpeg", "fps": 10})
     return root
 
 
@@ -195,3 +196,84 @@ def test_cat_of_selections_and_variable_length_elements(
         code, out, err = cat(capsysbinary, archive, key)
         assert code == 1 and out == b"" and message in err and "Traceback" not in err, (key, err)
         assert err.startswith("ncore-like: error: ") and str(archive) in err
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_pack_bytes_as_blobs(tmp_path: Path, capsys: pytest.CaptureFixture[str], zarr_format: int) -> None:
+    directory = tmp_path / "mixed.zarr"
+    source = write_mixed(directory, zarr_format)
+    packed = tmp_path / "blobs.itar"
+    code, out, err = cli(capsys, "pack", "--bytes-as-blobs", str(directory), str(packed))
+    assert code == 0 and "records copied, codecs kept, 1 bytes array(s) split into blobs" in out, err
+
+    # The frames as Group.create_bytes_array lays out blobs (one record each), beside a
+    # reference written through it.
+    reference = tmp_path / "reference.itar"
+    with IndexedTarZarrStore(reference, "w") as store:
+        reference_root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        front = reference_root.create_group("cameras/front", attributes={"codec": "jpeg", "fps": 10})
+        for index, frame in enumerate(FRAMES):
+            front.create_bytes_array(f"{index:05d}", frame)
+    expected = IndexedTarArchive(reference)
+    with IndexedTarZarrStore(packed) as store:
+        archive, root = store.archive, store.open_root_group()
+        front = root.group("cameras/front")
+        assert front.members() == [f"{index:05d}" for index in range(len(FRAMES))]
+        assert dict(front.attributes) == {"codec": "jpeg", "fps": 10} == dict(source["cameras/front"].attrs)
+        assert [blob for _, blob in front.blobs()] == FRAMES == list(source["cameras/front"][:])
+        for index, frame in enumerate(FRAMES):
+            assert root.array(f"cameras/front/{index:05d}").read_bytes() == frame
+        for key in expected.keys():
+            if key.startswith("cameras/front/"):
+                assert archive[key] == expected[key], key  # metadata and the frame's one record
+        chunk_records = [key for key in archive.keys() if key.startswith("cameras/front/") and "z" not in key]
+        assert [archive[key] for key in chunk_records] == FRAMES  # one record per frame, in order, adjacent
+        positions = [archive.keys().index(key) for key in chunk_records]
+        assert positions == list(range(positions[0], positions[0] + len(FRAMES)))
+        # The other arrays' records are copied byte for byte.
+        for name in ("zstd", "gzip", "blosc", "raw"):
+            for key in (key for key in archive.keys() if key.startswith(f"{name}/")):
+                assert archive[key] == (directory / key).read_bytes(), key
+        assert "cameras/front/.zarray" not in archive and root.group("cameras").attributes["rig"] == "roof"
+
+    # Re-encoded with another compression: the same blobs.
+    recompressed = tmp_path / "recompressed.itar"
+    code, out, err = cli(
+        capsys, "pack", "--bytes-as-blobs", "--compression", "zstd:3", str(directory), str(recompressed)
+    )
+    assert code == 0 and "compression zstd:3, 1 bytes array(s) split into blobs" in out, err
+    with IndexedTarZarrStore(recompressed) as store:
+        recompressed_root = store.open_root_group()
+        assert [blob for _, blob in recompressed_root.group("cameras/front").blobs()] == FRAMES
+        np.testing.assert_array_equal(recompressed_root.array("zstd").read(), np.asarray(source["zstd"][...]))
+
+    # Into the other format (re-encoded), where the installed zarr-python writes it.
+    other = 5 - zarr_format
+    if other in zarr_api.WRITABLE_FORMATS:
+        converted = tmp_path / "other.itar"
+        options = ["--bytes-as-blobs", "--zarr-format", str(other)]
+        code, out, err = cli(capsys, "pack", *options, str(directory), str(converted))
+        assert code == 0 and f"re-encoded, zarr format {other}, 1 bytes array(s) split into blobs" in out, err
+        with IndexedTarZarrStore(converted) as store:
+            assert [blob for _, blob in store.open_root_group().group("cameras/front").blobs()] == FRAMES
+        # Without the option, variable-length bytes can't be re-encoded: said, nothing written.
+        refused = tmp_path / "refused.itar"
+        code, _, err = cli(capsys, "pack", "--zarr-format", str(other), str(directory), str(refused))
+        assert code == 1 and str(directory) in err and "'cameras/front' holds variable-length elements" in err
+        assert "--bytes-as-blobs" in err and not any(tmp_path.glob("refused.itar*"))
+
+
+def test_pack_bytes_as_blobs_of_empty_elements(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for zarr_format in zarr_api.WRITABLE_FORMATS:
+        directory = tmp_path / f"empty{zarr_format}.zarr"
+        root = zarr_api.open_group(zarr_api.directory_store(directory), "w", zarr_format=zarr_format)
+        zarr_api.create_vlen_bytes_array(root, "frames", [b"abc", b"", b"de"], chunks=(2,))
+        packed = tmp_path / f"empty{zarr_format}.itar"
+        code, _, err = cli(capsys, "pack", "--bytes-as-blobs", str(directory), str(packed))
+        if zarr_format == 2:  # a zero-length |S0 blob doesn't exist in format 2
+            assert code == 1 and "element 1 is empty" in err and "--zarr-format 3" in err
+            assert not any(tmp_path.glob(f"{packed.name}*"))
+        else:
+            assert code == 0, err
+            with IndexedTarZarrStore(packed) as store:
+                assert [blob for _, blob in store.open_root_group().group("frames").blobs()] == [b"abc", b"", b"de"]
