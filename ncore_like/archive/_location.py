@@ -120,7 +120,7 @@ _UNSAFE_PROTOCOLS = frozenset({"tar"})
 def _refuse_unsafe_links(url: str) -> None:
     """ValueError for URLs with a link (``tar://...::``) whose filesystem garbles concurrent reads."""
     for link in url.split("::"):
-        protocol = link.partition("://")[0] if "://" in link else ""
+        protocol = link.partition("://")[0]  # a link of the protocol alone ("tar::...") is one too
         if protocol in _UNSAFE_PROTOCOLS:
             raise ValueError(
                 f"{url}: fsspec's {protocol}:// filesystem reads every member through one shared file, which "
