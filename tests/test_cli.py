@@ -509,6 +509,7 @@ def test_pack_and_read_through_chained_urls(
     for command in (
         ["pack", f"tar://hierarchy.zarr::{plain}", str(tmp_path / "tar.itar")],
         ["ls", f"tar://x::{plain}"],
+        ["ls", f"tar::file://{plain}"],
     ):
         code, _, err = cli(capsys, *command)
         assert code == 1 and "tar://" in err and "garble" in err and "tar -xf" in err, err
