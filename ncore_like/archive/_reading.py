@@ -13,7 +13,7 @@ on.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
 from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, RemoteStorageError
 from ._cache import CachedSource, RecordCache
-from ._format import BLOCK_SIZE, IndexHeader, decode_index, unpack_index_header
+from ._format import BLOCK_SIZE, IndexHeader, decode_index, foreign_file, has_index_magic, unpack_index_header
 from ._location import Location
 from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
 from ._retry import RetryPolicy
@@ -95,6 +95,27 @@ class _Opening:
         return cls(header, file_size, index_data)
 
 
+def _holds_head(tail: bytes, file_size: int | None) -> bool:
+    """True if the tail read holds the whole file (its first block too)."""
+    return file_size is not None and len(tail) >= file_size
+
+
+def _head_or_empty(read: Callable[[int, int], bytes]) -> bytes:
+    try:
+        return read(0, BLOCK_SIZE)
+    except Exception:  # the error about the tail says enough
+        return b""
+
+
+def _foreign(head: bytes, tail: bytes, file_size: int | None, name: str) -> ArchiveFormatError | None:
+    """For a file without an index header: the error saying what the file is instead (a
+    plain tar, a zip...) and what to do, None if it is none of those."""
+    if has_index_magic(tail):
+        return None  # an archive, damaged in another way
+    description = foreign_file(head, tail, file_size, name)
+    return None if description is None else ArchiveFormatError(description, archive=name)
+
+
 def _decoded(data: bytes, header: IndexHeader, name: str) -> RecordTable:
     """The record table of an index, decoded or from the process-wide cache (read-only, shared)."""
     data = bytes(data)
@@ -160,7 +181,11 @@ class ReadingArchive(ArchiveBase):
         source = options.source(location)
         try:
             tail, file_size = source.read_tail(options.tail_request_size)
-            opening = _Opening.of(tail, file_size, location.name)
+            try:
+                opening = _Opening.of(tail, file_size, location.name)
+            except ArchiveFormatError as error:
+                head = tail if _holds_head(tail, file_size) else _head_or_empty(source.read)
+                raise _foreign(head, tail, file_size, location.name) or error from None
             source.set_file_size(opening.file_size)
             header = opening.header
             index_data = opening.index_data
@@ -182,7 +207,16 @@ class ReadingArchive(ArchiveBase):
             return archive
         try:
             tail, file_size = await source.read_tail_async(options.tail_request_size)
-            opening = _Opening.of(tail, file_size, location.name)
+            try:
+                opening = _Opening.of(tail, file_size, location.name)
+            except ArchiveFormatError as error:
+                head = tail
+                if not _holds_head(tail, file_size):
+                    try:
+                        head = await source.read_async(0, BLOCK_SIZE)
+                    except Exception:  # the error about the tail says enough
+                        head = b""
+                raise _foreign(head, tail, file_size, location.name) or error from None
             source.set_file_size(opening.file_size)
             header = opening.header
             index_data = opening.index_data

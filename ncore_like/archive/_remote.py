@@ -161,13 +161,10 @@ class FsspecSource:
             raise failure from error
 
     def _tail_of_file(self, fs: Any, size: int) -> tuple[bytes, int]:
-        # Through a file object, which every filesystem has (a negative start of cat_file
-        # fails on the local copies of chained URLs, "simplecache::s3://...").
-        with fs.open(self._path, "rb") as file:
-            file.seek(0, os.SEEK_END)
-            file_size = int(file.tell())
-            file.seek(max(0, file_size - size))
-            return bytes(file.read()), file_size
+        # Filesystems without requests (memory, zip members, chained caches such as
+        # simplecache::, whose files can't seek from the end) are asked for the size first.
+        file_size = int(fs.size(self._path))
+        return bytes(fs.cat_file(self._path, start=max(0, file_size - size), end=file_size)), file_size
 
     async def _explained(self, error: Exception, fs: Any) -> BaseException:
         """The error to raise for a failed tail read: a clearer one for a folder (checked
