@@ -125,12 +125,15 @@ def test_verified_reads_never_hand_out_damaged_bytes(damaged: tuple[Path, dict[s
         assert archive[key] == data[key]
 
 
-def test_unverified_local_reads_are_the_default_and_return_the_stored_bytes(
+def test_local_reads_verify_by_default_and_opting_out_returns_the_stored_bytes(
     damaged: tuple[Path, dict[str, bytes]],
 ) -> None:
     path, data = damaged
-    archive = IndexedTarArchive(path)
-    assert not archive.verify_checksums  # the documented default for local archives
+    assert IndexedTarArchive(path).verify_checksums  # the default, local archives included
+    with pytest.raises(ChecksumError, match="'big'"):
+        IndexedTarArchive(path)["big"]
+    archive = IndexedTarArchive(path, verify_checksums=False)
+    assert not archive.verify_checksums
     assert archive["big"] != data["big"] and len(archive["big"]) == len(data["big"])
 
 
