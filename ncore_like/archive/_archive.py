@@ -671,9 +671,9 @@ class IndexedTarArchive:
         offset, size = self._locate(key)
         start, stop = _clipped(start, stop, size)
         if self.verify_checksums and self._positions[key] not in self._checked_whole:
-            data = self.read(key)
+            whole = self.read(key)
             self._checked_whole.add(self._positions[key])
-            return data[start:stop]
+            return whole[start:stop]
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data
@@ -707,9 +707,9 @@ class IndexedTarArchive:
         offset, size = self._locate(key)
         start, stop = _clipped(start, stop, size)
         if self.verify_checksums and self._positions[key] not in self._checked_whole:
-            data = await self.read_async(key)
+            whole = await self.read_async(key)
             self._checked_whole.add(self._positions[key])
-            return data[start:stop]
+            return whole[start:stop]
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data
