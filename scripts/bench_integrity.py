@@ -46,7 +46,7 @@ import numpy as np
 from upath import UPath
 
 from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, recover
-from ncore_like.archive import _checksum
+from ncore_like.archive import _archive
 from ncore_like.archive._checksum import checksum, hardware_checksums, implementation
 from ncore_like.archive._format import decode_index, unpack_index_header
 
@@ -186,12 +186,12 @@ def bench_write(run: bench.Run[Config]) -> list[Row]:
 def with_crc32c_package(call: Callable[[], None]) -> None:
     """``call()`` with checksums computed by the ``crc32c`` package (the one used before
     ``crc32c-rs``, and the fallback), for the side-by-side comparison."""
-    saved = _checksum._chosen
-    _checksum._chosen = ("crc32c", crc32c.crc32c)
+    saved = _archive.checksum  # what the archive's reads call
+    _archive.checksum = crc32c.crc32c
     try:
         call()
     finally:
-        _checksum._chosen = saved
+        _archive.checksum = saved
 
 
 def bench_read(run: bench.Run[Config]) -> list[Row]:

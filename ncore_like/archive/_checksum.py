@@ -11,19 +11,22 @@ packages compute it in hardware, and the faster one that works is used:
 * ``crc32c``: the CRC32C instruction itself (SSE 4.2, ARMv8), ~26 GB/s here, in software
   elsewhere; its import reads package metadata (~30 ms).
 
-Both release the GIL on large buffers. The implementation is chosen on the first checksum
-(not at import: opening an archive needs none) and has to reproduce known checksums first,
-so a broken build of the faster package falls back to the other rather than writing wrong
+Both release the GIL on large buffers. The implementation is chosen when this module is
+imported (with the archive: reads need it) and has to reproduce known checksums first, so
+a broken build of the faster package falls back to the other rather than writing wrong
 checksums.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 __all__ = ["checksum", "hardware_checksums", "implementation"]
 
-_Crc32c = Callable[[bytes | bytearray | memoryview, int], int]
+
+class _Crc32c(Protocol):
+    def __call__(self, data: bytes | bytearray | memoryview, value: int = 0, /) -> int: ...
+
 
 # Known answers: RFC 3720's 32 zero bytes, and 8,453 bytes that take the folding loops of
 # the vectorised implementations, whole and continued from a first piece.
@@ -38,17 +41,8 @@ def _works(function: _Crc32c) -> bool:
         return False
 
 
-_chosen: tuple[str, _Crc32c] | None = None
-
-
-def _choose() -> tuple[str, _Crc32c]:
-    global _chosen
-    if _chosen is None:
-        _chosen = _pick()
-    return _chosen
-
-
 def _pick() -> tuple[str, _Crc32c]:
+    """The first package that imports and computes the known answers (the name, the function)."""
     try:
         import crc32c_rs
     except ImportError:
@@ -61,14 +55,23 @@ def _pick() -> tuple[str, _Crc32c]:
     return "crc32c", crc32c.crc32c
 
 
+_implementation, _function = _pick()
+
+#: ``checksum(data, value=0)``: the CRC32C of ``data`` (an unsigned 32-bit integer); with
+#: ``value``, the CRC32C of earlier data followed by ``data`` (to checksum large payloads
+#: piece by piece). The package's own function: every read calls it, and a wrapper would
+#: cost a noticeable share of a small record's read.
+checksum: _Crc32c = _function
+
+
 def implementation() -> str:
     """The name of the package computing checksums (``"crc32c-rs"`` or ``"crc32c"``)."""
-    return _choose()[0]
+    return _implementation
 
 
 def hardware_checksums() -> bool:
     """True if checksums run on CRC hardware of the CPU (else a slower software version)."""
-    if implementation() == "crc32c":
+    if _implementation == "crc32c":
         import crc32c
 
         return bool(crc32c.hardware_based)
@@ -85,11 +88,3 @@ def hardware_checksums() -> bool:
                 return False
             return True
     return False
-
-
-def checksum(data: bytes | bytearray | memoryview, value: int = 0) -> int:
-    """The CRC32C of ``data`` (an unsigned 32-bit integer); with ``value``, the CRC32C of
-    earlier data followed by ``data`` (to checksum large payloads piece by piece)."""
-    # Every read calls this: the chosen function is looked up as cheaply as it can be.
-    chosen = _chosen or _choose()
-    return chosen[1](data, value)
