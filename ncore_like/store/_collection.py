@@ -47,11 +47,15 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         max_open: Archives kept open at once per process (least recently used closed).
         cache: A :class:`~ncore_like.RecordCache` (or the path of its folder) that the remote
             archives read through, in every process (see the remote page).
-        index_tail_read_size, remote_range_reads, verify_checksums: How each archive is
-            opened, as :class:`~ncore_like.IndexedTarArchive` takes them (checksums are
-            verified by default; ``remote_range_reads=True`` fetches each record of a remote
-            archive with one exact range request, what random access from many workers
-            wants). They travel with the collection into worker processes.
+        index_tail_read_size: Bytes read from the end of each archive when it is opened
+            (see :class:`~ncore_like.IndexedTarArchive`).
+        remote_range_reads: Fetch each record of a remote archive with one exact range
+            request, what random access from many workers wants (see
+            :class:`~ncore_like.IndexedTarArchive`).
+        verify_checksums: Check every record read against its CRC32C (the default) and
+            raise :class:`~ncore_like.ChecksumError` for a damaged one.
+
+    The options travel with the collection into worker processes.
     """
 
     def __init__(
