@@ -67,12 +67,12 @@ class IndexedTarArchive:
             object; then many threads fetch records concurrently, which suits random access
             to high-latency storage. The buffered file object suits sequential reads of
             nearby records.
-        verify_checksums: Check every record read against the CRC32C stored for it (archives
-            written without checksums, e.g. by nvidia-ncore, have none to check) and raise
-            :class:`~ncore_like.ChecksumError` instead of handing out damaged bytes. Default
-            (``None``): on for remote archives, where it costs nothing measurable, off for
-            local ones, where it adds about a third to a page-cache read of a large record
-            (see the performance page).
+        verify_checksums: Check every record read, local or remote, against the CRC32C
+            stored for it (archives written without checksums, e.g. by nvidia-ncore, have
+            none to check) and raise :class:`~ncore_like.ChecksumError`, naming the archive
+            and the record, instead of handing out damaged bytes. On by default (``None``
+            means the default too); ``False`` saves the checksum's share of a page-cache
+            read (see the performance page).
         checksums: When writing, store the CRC32C of every record (in its tar header, which
             lets :func:`~ncore_like.recover` check records of an unfinished archive, and in
             the index). ``False`` writes archives byte-identical to nvidia-ncore's.
@@ -118,7 +118,7 @@ class IndexedTarArchive:
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         checksums: bool = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
@@ -147,7 +147,7 @@ class IndexedTarArchive:
         remote_range_reads: bool = False,
         prefetch_keys: Iterable[str] = (),
         *,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
@@ -166,7 +166,7 @@ class IndexedTarArchive:
 
     @classmethod
     def _resume(
-        cls, path: str, position: int, index: Index, *, verify_checksums: bool | None = None
+        cls, path: str, position: int, index: Index, *, verify_checksums: bool | None = True
     ) -> IndexedTarArchive:
         """An archive being written that continues the partial file of the local archive
         ``path`` after ``position``, holding the records of ``index`` (found there by
@@ -308,8 +308,10 @@ class IndexedTarArchive:
 
     def read_range(self, key: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a record's payload, clipped to the payload (for byte-range
-        requests of zarr stores, e.g. sharded arrays): one read of just those bytes (of the
-        whole record when checksums are verified)."""
+        requests of zarr stores, e.g. sharded arrays): one read of just those bytes. When
+        checksums are verified, the first range read of a record reads and checks it whole,
+        later ones read just their bytes (a shard read chunk by chunk is checked once, not
+        once per chunk)."""
         return self._impl.read_range(key, start, stop)
 
     async def read_async(self, key: str) -> bytes:

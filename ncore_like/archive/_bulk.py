@@ -157,15 +157,17 @@ def _spans(archive: IndexedTarArchive, keys: Iterable[str], span_bytes: int) -> 
 
 
 def _read_span(archive: IndexedTarArchive, span: _Span) -> list[tuple[str, bytes | ChecksumError]]:
-    """The payloads of a span's records; a damaged one ends the list with its error, raised
-    when its turn comes (the records before it are good)."""
+    """The payloads of the span's records, checked on the thread that read them; a record
+    failing its checksum ends the list with its error (raised when its turn comes, after
+    the records before it were handed out)."""
     if span.start == span.end:  # records held in memory (and empty ones)
         return [(key, archive.read(key)) for key, _, _ in span.members]
     data = memoryview(archive.read_span(span.start, span.end - span.start))
+    verify = archive.verify_checksums
     payloads: list[tuple[str, bytes | ChecksumError]] = []
     for key, offset, size in span.members:
         payload = bytes(data[offset - span.start : offset - span.start + size])
-        if archive.verify_checksums:
+        if verify:
             try:
                 archive.check_payload(key, payload)
             except ChecksumError as error:

@@ -22,6 +22,7 @@ from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
 from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, RemoteStorageError
 from ._cache import CachedSource, RecordCache
+from ._checksum import checksum
 from ._format import BLOCK_SIZE, IndexHeader, decode_index, foreign_file, has_index_magic, unpack_index_header
 from ._location import Location
 from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
@@ -47,8 +48,8 @@ class ReadOptions:
 
     index_tail_read_size: int | None = TAIL_READ_SIZE
     remote_range_reads: bool = False
-    verify_checksums: bool | None = None
-    """None: verify remote archives, not local ones."""
+    verify_checksums: bool | None = True
+    """None means the default: verify."""
     cache: RecordCache | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
@@ -164,13 +165,14 @@ class ReadingArchive(ArchiveBase):
         self.remote_range_reads = options.remote_range_reads
         self.file_size = file_size
         self.index_record = index_record
-        self._verify = is_remote if options.verify_checksums is None else bool(options.verify_checksums)
+        self._verify = options.verify_checksums is None or bool(options.verify_checksums)
         self._source = source
         self._cache_version = cache_version  # of an unpickled archive: the version its index is of
         # The bytes of the tail read, and records prefetched by open_async until read once.
         self._tail = tail
         self._tail_start = file_size - len(tail) if tail is not None else file_size
         self._prefetched: dict[str, bytes] = {}
+        self._checked_whole: set[int] = set()  # records read whole and checked, for range reads
         if source is not None:
             self._check_cached_records(source)
 
@@ -406,6 +408,8 @@ class ReadingArchive(ArchiveBase):
             data = tail[start : start + size]
         else:
             data = self._from_memory(key, offset, 0, size) if self._prefetched or size == 0 else None
+            if data:
+                return data  # prefetched: checked when it was fetched
             if data is None:
                 source = self._source
                 if source is None or self.closed:
@@ -414,23 +418,25 @@ class ReadingArchive(ArchiveBase):
                     data = source.read(offset, size)
                 except RemoteStorageError as error:
                     raise _naming(error, key) from error
+        # Checked at once, on the thread that read it, while the bytes are in the CPU's cache.
         if self._verify:
-            try:
-                table.check(key, data, self.name)
-            except ChecksumError as error:
-                data = self._discarded(offset, size, error).read(offset, size)
+            crcs = table.crcs
+            if crcs is not None and checksum(data) != crcs[position]:
+                mismatch = table.mismatch(key, position, data, self.name)
+                data = self._discarded(offset, size, mismatch).read(offset, size)
                 table.check(key, data, self.name)
         return data
 
     async def read_async(self, key: str) -> bytes:
         offset, size = self.locate(key)
+        prefetched = key in self._prefetched  # checked when it was fetched
         data = self._from_memory(key, offset, 0, size)
         if data is None:
             try:
                 data = await self._live_source().read_async(offset, size)
             except RemoteStorageError as error:
                 raise _naming(error, key) from error
-        if self._verify:
+        if self._verify and not prefetched:
             try:
                 self.check_payload(key, data)
             except ChecksumError as error:
@@ -442,9 +448,10 @@ class ReadingArchive(ArchiveBase):
         offset, size = self.locate(key)
         if len(buffer) != size:
             raise ValueError(f"{self.name}: record {key!r} has {size} bytes, buffer {len(buffer)}")
+        prefetched = key in self._prefetched  # checked when it was fetched
         data = self._from_memory(key, offset, 0, size)
         if data is not None:
-            if self._verify:
+            if self._verify and not prefetched:
                 self.check_payload(key, data)
             buffer[:] = data
             return
@@ -461,8 +468,10 @@ class ReadingArchive(ArchiveBase):
     def read_range(self, key: str, start: int, stop: int) -> bytes:
         offset, size = self.locate(key)
         start, stop = clipped(start, stop, size)
-        if self.verify_checksums:
-            return self.read(key)[start:stop]
+        if self.verify_checksums and self.table.positions[key] not in self._checked_whole:
+            whole = self.read(key)
+            self._checked_whole.add(self.table.positions[key])
+            return whole[start:stop]
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data
@@ -471,8 +480,10 @@ class ReadingArchive(ArchiveBase):
     async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
         offset, size = self.locate(key)
         start, stop = clipped(start, stop, size)
-        if self.verify_checksums:
-            return (await self.read_async(key))[start:stop]
+        if self.verify_checksums and self.table.positions[key] not in self._checked_whole:
+            whole = await self.read_async(key)
+            self._checked_whole.add(self.table.positions[key])
+            return whole[start:stop]
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data

@@ -90,19 +90,20 @@ class RecordTable:
         record ``key`` as written (no-op without checksums); ``name``: the archive's."""
         crcs = self.crcs
         position = self.positions[key]
-        if crcs is None:
-            return
-        stored = crcs[position]
-        actual = checksum(data)
-        if actual != stored:
-            offset = self.offsets[position]
-            raise ChecksumError(
-                f"record {key!r} at offset {offset} doesn't match its CRC32C "
-                f"(stored {stored:08x}, read {actual:08x}): the archive is damaged there",
-                archive=name,
-                key=key,
-                offset=offset,
-            )
+        if crcs is not None and checksum(data) != crcs[position]:
+            raise self.mismatch(key, position, data, name)
+
+    def mismatch(self, key: str, position: int, data: bytes | bytearray | memoryview, name: str) -> ChecksumError:
+        """The error for ``data``, read as record ``key``, that doesn't match its checksum."""
+        assert self.crcs is not None
+        stored, actual, offset = self.crcs[position], checksum(data), self.offsets[position]
+        return ChecksumError(
+            f"record {key!r} at offset {offset} doesn't match its CRC32C "
+            f"(stored {stored:08x}, read {actual:08x}): the archive is damaged there",
+            archive=name,
+            key=key,
+            offset=offset,
+        )
 
 
 class RecordsView(Mapping[str, Record]):

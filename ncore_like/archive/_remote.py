@@ -13,14 +13,14 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from .._concurrency import await_on_loop, fsspec_loop, io_loop, sync
 from ..errors import ArchiveFormatError
 from ._location import Location
 from ._retry import RetryPolicy, ShortBody
-from ._sources import remote_failure, truncated
+from ._sources import remote_errors, remote_failure, truncated
 
 __all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource"]
 
@@ -128,6 +128,12 @@ class FsspecSource:
 
     # -- the remote reads, each once -------------------------------------------------------
 
+    async def _retried(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``await call()`` under the retry policy; a failure that is not retried (a missing
+        object, denied access...) is said as :func:`~._sources.remote_failure` says it."""
+        with remote_errors(self._name):
+            return await self._retry.run(call, self._name, what)
+
     async def _fetch(self, offset: int, size: int) -> bytes:
         """Exactly ``size`` bytes at ``offset`` as one range request, retried."""
         fs = self._filesystem()
@@ -140,7 +146,7 @@ class FsspecSource:
                 data = await asyncio.to_thread(fs.cat_file, self._path, start=offset, end=end)
             return self._checked(bytes(data), offset, size)
 
-        return await self._retry.run(once, self._name, f"bytes [{offset}, {offset + size})")
+        return await self._retried(once, f"bytes [{offset}, {offset + size})")
 
     async def read_tail_async(self, size: int) -> tuple[bytes, int | None]:
         fs = self._filesystem()
@@ -153,7 +159,7 @@ class FsspecSource:
             return await asyncio.to_thread(self._tail_of_file, fs, size)
 
         try:
-            return await self._retry.run(once, self._name, "the tail")
+            return await self._retried(once, "the tail")
         except Exception as error:
             failure = await self._explained(error, fs)
             if failure is error:
@@ -193,7 +199,7 @@ class FsspecSource:
             return dict(await asyncio.to_thread(fs.info, self._path))
 
         try:
-            return await self._retry.run(once, self._name, "the object's details")
+            return await self._retried(once, "the object's details")
         except Exception:  # the reads that follow report what is wrong
             return None
 
@@ -232,9 +238,7 @@ class FsspecSource:
         # A file object without fsspec's block cache (e.g. of a memory or SFTP filesystem):
         # its reads are the requests, retried as a whole.
         what = f"bytes [{offset}, {offset + size})"
-        return self._blocking(
-            self._retry.run(lambda: asyncio.to_thread(self._read_buffered, offset, size), self._name, what)
-        )
+        return self._blocking(self._retried(lambda: asyncio.to_thread(self._read_buffered, offset, size), what))
 
     def _read_buffered(self, offset: int, size: int) -> bytes:
         with self._lock:

@@ -45,7 +45,10 @@ class WritingArchive(ArchiveBase):
     def create(cls, location: Location, *, checksums: bool, verify_checksums: bool | None) -> WritingArchive:
         writer = ArchiveWriter(location, checksums=checksums)
         return cls(
-            location, writer, RecordTable(Index([], [], [], writer.crcs)), verify_checksums=bool(verify_checksums)
+            location,
+            writer,
+            RecordTable(Index([], [], [], writer.crcs)),
+            verify_checksums=verify_checksums is None or bool(verify_checksums),
         )
 
     @classmethod
@@ -57,7 +60,7 @@ class WritingArchive(ArchiveBase):
         if writer.crcs is not None:
             writer.crcs.extend(index.checksums or ())
         table = RecordTable(Index(list(index.keys), list(index.offsets), list(index.sizes), writer.crcs))
-        return cls(Location(path), writer, table, verify_checksums=bool(verify_checksums))
+        return cls(Location(path), writer, table, verify_checksums=verify_checksums is None or bool(verify_checksums))
 
     # -- properties ------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, Location, RetryPolicy, is_url
 from ..archive._cache import CacheOption, as_cache
 from ._itar_store import IndexedTarZarrStore
@@ -46,7 +47,16 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         max_open: Archives kept open at once per process (least recently used closed).
         cache: A :class:`~ncore_like.RecordCache` (or the path of its folder) that the remote
             archives read through, in every process (see the remote page).
+        index_tail_read_size: Bytes read from the end of each archive when it is opened
+            (see :class:`~ncore_like.IndexedTarArchive`).
+        remote_range_reads: Fetch each record of a remote archive with one exact range
+            request, what random access from many workers wants (see
+            :class:`~ncore_like.IndexedTarArchive`).
+        verify_checksums: Check every record read against its CRC32C (the default) and
+            raise :class:`~ncore_like.ChecksumError` for a damaged one.
         retry: The :class:`~ncore_like.RetryPolicy` of the remote archives' reads.
+
+    The options travel with the collection into worker processes.
     """
 
     def __init__(
@@ -56,6 +66,9 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         storage_options: Mapping[str, Any] | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         cache: CacheOption = None,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
+        remote_range_reads: bool = False,
+        verify_checksums: bool | None = True,
         retry: RetryPolicy | None = None,
     ) -> None:
         if max_open < 1:
@@ -67,6 +80,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         self._options = options
         self._max_open = max_open
         self._cache = as_cache(cache)
+        self._open_options = (index_tail_read_size, bool(remote_range_reads), verify_checksums)
         self._retry = retry
         self._init_open()
 
@@ -78,18 +92,19 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
     # -- pickling: the locations only; each process opens what it reads ---------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        options, cache = self._options, self._cache
         return {
             "locations": self._locations,
-            "options": options,
+            "options": self._options,
             "max_open": self._max_open,
-            "cache": cache,
+            "cache": self._cache,
+            "open": self._open_options,
             "retry": self._retry,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._locations, self._options, self._max_open = state["locations"], state["options"], state["max_open"]
         self._cache = state.get("cache")
+        self._open_options = state.get("open", (TAIL_READ_SIZE, False, True))
         self._retry = state.get("retry")
         self._init_open()
 
@@ -121,8 +136,15 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         location = self._locations[index]
         remote = Location(location).local is None
         # Outside the lock: opening may take a request.
+        tail, range_reads, verify = self._open_options
         opened = IndexedTarZarrStore(
-            location, storage_options=self._options if remote else None, cache=self._cache, retry=self._retry
+            location,
+            index_tail_read_size=tail,
+            remote_range_reads=range_reads,
+            verify_checksums=verify,
+            storage_options=self._options if remote else None,
+            cache=self._cache,
+            retry=self._retry,
         )
         with self._lock:
             store = self._open.setdefault(index, opened)  # another thread may have been first
