@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention, is_node_metadata_key, read_records
+from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, is_node_metadata_key, read_records
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
@@ -49,7 +49,7 @@ class IndexedTarZarrStore(Store):
     def __init__(
         self,
         itar_path: str | PurePath | UPath,
-        mode: Literal["r", "w"] = "r",
+        mode: OpenMode = "r",
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,

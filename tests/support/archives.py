@@ -24,3 +24,11 @@ def rewrite_index(path: Path, change: Callable[[list[str], list[int], list[int]]
         file.seek(index.offset)
         file.write(data + bytes(padding(len(data))) + pack_index_header(index.offset, len(data)))
         file.truncate()
+
+
+def die(archive: IndexedTarArchive) -> None:
+    """What a killed writer leaves behind, without killing the test: its partial file as it
+    is, no longer held (its descriptor and lock go, nothing more is written)."""
+    writer = archive._writer
+    assert writer is not None, "not an archive being written"
+    writer.release()
