@@ -168,7 +168,8 @@ class IndexedTarArchive:
     archive opened for writing must be closed (or used as a context manager) to be
     readable. A local archive is written under a partial name (``<name>.partial``) and
     appears at its name only when :meth:`close` has put it on disk completely; a remote one
-    when its upload completes. If the ``with`` block of a writer raises, nothing is
+    when its upload completes. Until then an archive already at the name stays as it was,
+    whatever happens to the writer. If the ``with`` block of a writer raises, nothing is
     published: the partial file of a local archive stays, with every record written so far
     on disk, for :func:`~ncore_like.recover` (:meth:`abort` discards it instead).
 

@@ -495,7 +495,8 @@ class ArchiveWriter:
         self._sink.release()
 
     def abort(self) -> None:
-        """Stops writing and discards everything written (the partial file, the upload)."""
+        """Stops writing and discards everything written (the partial file this writer
+        created, the upload); a resumed partial file is kept."""
         self._sink.abort()
 
     def reopen(self) -> None:

@@ -35,8 +35,9 @@ class IndexedTarZarrStore(Store):
 
     The parameters are those of :class:`IndexedTarArchive`; the constructor opens the
     archive (blocking), :meth:`open_async` opens it for reading without blocking. Like the
-    archive, a store written in a ``with`` block that raises publishes nothing (a local
-    archive's partial file stays for :func:`~ncore_like.recover`). Node
+    archive, a store replaces an archive at its name only when it closes (``mode="x"`` or
+    ``"w-"``: never), and a store written in a ``with`` block that raises publishes nothing
+    (a local archive's partial file stays for :func:`~ncore_like.recover`). Node
     metadata records are appended when the store is closed, at the end of the file, so
     opening the hierarchy from its consolidated metadata costs no I/O beyond the tail read.
 
