@@ -201,6 +201,9 @@ def test_a_writer_stopped_mid_upload_leaves_the_object_it_replaces(
     assert "closed" not in lines
     target.fs.invalidate_cache()
     assert target.read_bytes() == before
+    if signal_number == signal.SIGINT:  # the interrupted writer abandoned its upload as it exited
+        uploads = target.fs.call_s3("list_multipart_uploads", Bucket=s3_bucket.path.strip("/"))
+        assert not uploads.get("Uploads"), uploads
 
 
 @pytest.mark.s3

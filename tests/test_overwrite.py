@@ -269,7 +269,9 @@ def test_recovery_refuses_a_partial_file_a_running_writer_holds(tmp_path: Path) 
     before = partial(path).read_bytes()
     with pytest.raises(UnfinishedArchiveError, match="running now"):
         recover(path)
-    assert partial(path).read_bytes() == before
+    with pytest.raises(UnfinishedArchiveError, match="running now"):
+        recover(path, output=tmp_path / "copy.itar")  # a copy of a moving target
+    assert partial(path).read_bytes() == before and not (tmp_path / "copy.itar").exists()
     writer.close()  # the writer never noticed
     assert IndexedTarArchive(path)["k"] == b"1"
 
@@ -410,6 +412,9 @@ def test_pack_refuses_an_existing_destination_unless_told_to_overwrite(
         code, _, err = cli(capsys, "pack", *flags, str(source), str(dest))
         assert code == 1 and f"{dest} exists; pass --overwrite" in err, err
         assert dest.read_bytes() == before and not partial(dest).exists()
+    # Refused before the source is even looked at.
+    code, _, err = cli(capsys, "pack", str(tmp_path / "missing.zarr"), str(dest))
+    assert code == 1 and f"{dest} exists; pass --overwrite" in err, err
     code, _, err = cli(capsys, "pack", "--overwrite", "--no-clobber", str(source), str(dest))
     assert code == 2 and "not allowed with" in err
     code, _, err = cli(capsys, "pack", "--overwrite", str(source), str(dest))
