@@ -57,7 +57,9 @@ def deferred_signals() -> Iterator[None]:
     Python runs signal handlers in the main thread whatever thread received the signal, so
     this works with other threads running."""
     global _pending
-    if _pending is not None:  # nested: the outer block raises
+    # Nested blocks leave it to the outer one; other threads (e.g. of a cluster worker)
+    # get no signals raised in them.
+    if _pending is not None or threading.current_thread() is not threading.main_thread():
         yield
         return
     _pending = []
