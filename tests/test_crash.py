@@ -46,8 +46,11 @@ def run_and_kill(args: list[str], kill_after: int, delay: float, signal_number: 
         time.sleep(delay)
     finally:
         process.send_signal(signal_number)
-        rest, _ = process.communicate(timeout=60)
-    lines += [line.strip() for line in rest.splitlines() if line.strip()]
+        process.wait(timeout=60)
+    # The rest through the same text stream: readline() may have buffered lines already,
+    # which communicate() (reading the pipe itself) would lose, e.g. "closing".
+    lines += [line.strip() for line in process.stdout.read().splitlines() if line.strip()]
+    process.stdout.close()
     return lines
 
 
