@@ -25,10 +25,11 @@ older archive, or nothing) exactly as it was.
   record written so far durable. The CRC32C of a payload is computed on the writing thread,
   before its header is written (the header carries it, and a stream can't be patched
   afterwards).
-* On object storage (S3, GCS, Azure Blob) an archive is an upload that becomes an object
-  only when it completes (:meth:`ArchiveWriter.publish`); :meth:`ArchiveWriter.abort`
-  abandons it (an S3 multipart upload is aborted), and so does a killed process, which
-  never completes it. Exclusive creation asks S3 to complete the upload only if no object
+* On object storage (S3; GCS and Azure Blob alike, untested) an archive is an upload
+  that becomes an object only when :meth:`ArchiveWriter.publish` commits it;
+  :meth:`ArchiveWriter.abort` abandons it (an S3 multipart upload is aborted), and so do a
+  writer dropped without closing and one left at exit; a killed process never completes
+  it. Exclusive creation asks S3 to complete the upload only if no object
   has the name (``If-None-Match``), which is atomic. Other fsspec filesystems (memory,
   SFTP...) write a file under the partial name and move it to the final name when it is
   complete; there exclusive creation is a check before the move, not atomic.
