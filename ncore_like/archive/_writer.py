@@ -58,7 +58,7 @@ from ._format import (
     tar_end,
 )
 from ._location import Location
-from ._sources import remote_failure
+from ._sources import remote_errors, remote_failure
 
 __all__ = [
     "PARTIAL_SUFFIX",
@@ -357,9 +357,10 @@ class _FileSink:
         return self._fs._open(self._partial, mode, autocommit=False)
 
     def write(self, buffers: Sequence[_Buffer], total: int) -> None:
-        for buffer in buffers:
-            if len(buffer):
-                self._file.write(buffer)
+        with remote_errors(self._name):  # an upload's part may fail (no such bucket...)
+            for buffer in buffers:
+                if len(buffer):
+                    self._file.write(buffer)
 
     def read_back(self, offset: int, size: int) -> bytes:
         raise ValueError(f"{self._name}: records of a remote archive being written can't be read before it is closed")
@@ -367,26 +368,28 @@ class _FileSink:
     def flush(self) -> None:
         # Uploads what is buffered (e.g. a multipart part); the object still appears only
         # when the upload completes.
-        self._file.flush()
+        with remote_errors(self._name):
+            self._file.flush()
 
     def publish(self) -> None:
-        if self._exclusive:
-            # A look first (stores that ignore conditional writes); atomic only where the
-            # upload's completion is conditional (S3).
-            self._fs.invalidate_cache(self._path)
-            if self._fs.exists(self._path):
-                raise exists_error(self._name, late=True)
-        if self._direct:
-            self._file.close()  # uploads the last part; completes nothing
-            try:
-                self._file.commit()
-            except FileExistsError as error:  # the conditional completion failed
-                raise exists_error(self._name, late=True) from error
-            self._file = None
-            _uploads.discard(self)
-            return
-        self._file.close()
-        self._fs.mv(self._partial, self._path)
+        with remote_errors(self._name):  # our own errors pass as they are
+            if self._exclusive:
+                # A look first (stores that ignore conditional writes); atomic only where
+                # the upload's completion is conditional (S3).
+                self._fs.invalidate_cache(self._path)
+                if self._fs.exists(self._path):
+                    raise exists_error(self._name, late=True)
+            if self._direct:
+                self._file.close()  # uploads the last part; completes nothing
+                try:
+                    self._file.commit()
+                except FileExistsError as error:  # the conditional completion failed
+                    raise exists_error(self._name, late=True) from error
+                self._file = None
+                _uploads.discard(self)
+                return
+            self._file.close()
+            self._fs.mv(self._partial, self._path)
 
     def release(self) -> None:
         self.abort()  # an unfinished remote archive can't be recovered: nothing to keep
