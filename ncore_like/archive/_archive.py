@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .._defaults import TAIL_READ_SIZE
 from ._cache import CacheOption, RecordCache, as_cache
 from ._format import Index
 from ._location import Location
 from ._reading import ReadingArchive, ReadOptions
-from ._records import IndexTailRetention, Record
+from ._records import IndexTailRetention, OpenMode, Record
 from ._retry import RetryPolicy
 from ._writing import WritingArchive
 
 if TYPE_CHECKING:
     from upath import UPath
 
-__all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
+__all__ = ["IndexTailRetention", "IndexedTarArchive", "OpenMode", "Record"]
 
-_MODES = ("r", "w")
+_MODES = frozenset(get_args(OpenMode))
 _DEFAULT_RETRY = RetryPolicy()
 
 
@@ -57,7 +57,12 @@ class IndexedTarArchive:
             fsspec filesystem (storage options of a ``UPath`` are used).
         storage_options: Options of the URL's filesystem (as fsspec takes them, e.g.
             ``{"endpoint_url": ..., "anon": True}``); a ValueError for local paths.
-        mode: ``"r"`` reads an existing archive, ``"w"`` creates (truncates) and writes one.
+        mode: ``"r"`` reads an existing archive, ``"w"`` creates (truncates) and writes one;
+            ``"w-"`` (zarr-python's spelling) or ``"x"`` creates one and refuses to replace
+            an existing file (:class:`~ncore_like.ArchiveExistsError`, a
+            ``FileExistsError``), when opening and again, race-free for local files, when
+            publishing it at close. Whatever the mode, an archive at the name is replaced
+            only by a successful close.
         index_tail_read_size: Bytes read from the end of the file in one I/O call when
             opening: the index header and, usually, the compressed index and the node
             metadata records. ``None`` or values below 512 read the header block and the
@@ -92,7 +97,8 @@ class IndexedTarArchive:
     archive opened for writing must be closed (or used as a context manager) to be
     readable. A local archive is written under a partial name (``<name>.partial``) and
     appears at its name only when :meth:`close` has put it on disk completely; a remote one
-    when its upload completes. If the ``with`` block of a writer raises, nothing is
+    when its upload completes. Until then an archive already at the name stays as it was,
+    whatever happens to the writer. If the ``with`` block of a writer raises, nothing is
     published: the partial file of a local archive stays, with every record written so far
     on disk, for :func:`~ncore_like.recover` (:meth:`abort` discards it instead).
 
@@ -114,7 +120,7 @@ class IndexedTarArchive:
     def __init__(
         self,
         itar_path: str | PurePath | UPath | Location,
-        mode: Literal["r", "w"] = "r",
+        mode: OpenMode = "r",
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,
@@ -126,9 +132,11 @@ class IndexedTarArchive:
     ) -> None:
         location = Location(itar_path, storage_options)
         if mode not in _MODES:
-            raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r' or 'w')")
-        if mode == "w":
-            self._impl = WritingArchive.create(location, checksums=checksums, verify_checksums=verify_checksums)
+            raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r', 'w', 'w-' or 'x')")
+        if mode != "r":
+            self._impl = WritingArchive.create(
+                location, checksums=checksums, verify_checksums=verify_checksums, exclusive=mode in ("w-", "x")
+            )
         else:
             options = _read_options(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
             self._impl = ReadingArchive.open(location, options)
@@ -187,7 +195,7 @@ class IndexedTarArchive:
 
     @property
     def mode(self) -> Literal["r", "w"]:
-        """``"r"`` if opened for reading, ``"w"`` if opened for writing."""
+        """``"r"`` if opened for reading, ``"w"`` if opened for writing (in any writing mode)."""
         return self._impl.mode
 
     @property
@@ -345,7 +353,10 @@ class IndexedTarArchive:
     def abort(self) -> None:
         """Stops writing and discards the archive: the partial file of a local archive is
         deleted, a remote upload is aborted; nothing appears at the archive's name (an
-        archive there stays as it was). No-op for readers and closed archives."""
+        archive there stays as it was). Also discards what a failed :meth:`close` or ``with``
+        block left for recovery. A partial file finished by :func:`~ncore_like.recover` is
+        kept (it holds an earlier writer's records). No-op for readers and published
+        archives."""
         self._impl.abort()
 
     # -- lifetime ------------------------------------------------------------------------

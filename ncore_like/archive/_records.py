@@ -21,10 +21,12 @@ from ._format import Index
 from ._location import Location
 from ._retry import RetryPolicy
 
-__all__ = ["ArchiveBase", "IndexTailRetention", "Record", "RecordTable", "RecordsView", "clipped"]
+__all__ = ["ArchiveBase", "IndexTailRetention", "OpenMode", "Record", "RecordTable", "RecordsView", "clipped"]
 
 IndexTailRetention = Literal["release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"]
 RETENTIONS = frozenset(get_args(IndexTailRetention))
+#: ``"r"`` reads; ``"w"`` creates or replaces; ``"w-"`` and ``"x"`` create, never replacing.
+OpenMode = Literal["r", "w", "w-", "x"]
 
 
 def clipped(start: int, stop: int, size: int) -> tuple[int, int]:

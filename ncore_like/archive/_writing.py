@@ -37,13 +37,17 @@ class WritingArchive(ArchiveBase):
         self._writer = writer
         self._verify = verify_checksums
         self._pid = os.getpid()
+        self._published = False
         # Node metadata records, held until close (or flush); what flush wrote of them.
         self._metadata: dict[str, bytes] = {}
         self._metadata_written: dict[str, bytes] = {}
 
     @classmethod
-    def create(cls, location: Location, *, checksums: bool, verify_checksums: bool | None) -> WritingArchive:
-        writer = ArchiveWriter(location, checksums=checksums)
+    def create(
+        cls, location: Location, *, checksums: bool, verify_checksums: bool | None, exclusive: bool = False
+    ) -> WritingArchive:
+        """A new archive; ``exclusive``: never replacing a file at its name (modes ``"w-"``, ``"x"``)."""
+        writer = ArchiveWriter(location, checksums=checksums, exclusive=exclusive)
         return cls(
             location,
             writer,
@@ -167,8 +171,9 @@ class WritingArchive(ArchiveBase):
             self._writer.flush()
 
     def abort(self) -> None:
+        # Also after a failed close (what it kept for recovery goes), never after a publish.
         with self.lock:
-            if self.closed:
+            if self._published:
                 return
             self.closed = True
             self._writer.abort()
@@ -186,6 +191,7 @@ class WritingArchive(ArchiveBase):
                 self._write_metadata()
                 writer.finish(*self.table.live())
                 writer.publish()
+                self._published = True
             except BaseException:
                 writer.release()  # the partial file stays for recovery
                 raise
