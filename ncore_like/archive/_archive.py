@@ -15,7 +15,7 @@ from .._defaults import TAIL_READ_SIZE
 from ._cache import CacheOption, RecordCache, as_cache
 from ._format import Index
 from ._location import Location
-from ._reading import ReadingArchive, ReadOptions
+from ._reading import DEFAULT_RETRY, ReadingArchive, ReadOptions
 from ._records import IndexTailRetention, OpenMode, Record
 from ._retry import RetryPolicy
 from ._writing import WritingArchive
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "OpenMode", "Record"]
 
 _MODES = frozenset(get_args(OpenMode))
-_DEFAULT_RETRY = RetryPolicy()
 
 
 def _read_options(
@@ -39,7 +38,7 @@ def _read_options(
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
     return ReadOptions(
-        index_tail_read_size, bool(remote_range_reads), verify_checksums, as_cache(cache), retry or _DEFAULT_RETRY
+        index_tail_read_size, bool(remote_range_reads), verify_checksums, as_cache(cache), retry or DEFAULT_RETRY
     )
 
 

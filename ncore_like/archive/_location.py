@@ -31,7 +31,7 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+(://|::)")
 def is_url(text: str) -> bool:
     """True for text that names a location by URL (``s3://...``, ``file:///...``, chained
     ``simplecache::s3://...``), False for an operating-system path."""
-    return _URL.match(text) is not None
+    return ":" in text and _URL.match(text) is not None  # most paths have no colon: no regex
 
 
 def _is_upath(location: object) -> bool:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .._concurrency import run_in_worker
 from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
@@ -42,8 +41,10 @@ _decoded_indices: LRUCache[tuple[int, bytes], RecordTable] = process_cache(
 )
 
 
-@dataclass(frozen=True)
-class ReadOptions:
+DEFAULT_RETRY = RetryPolicy()
+
+
+class ReadOptions(NamedTuple):
     """How an archive is read (the reading parameters of :class:`~ncore_like.IndexedTarArchive`)."""
 
     index_tail_read_size: int | None = TAIL_READ_SIZE
@@ -51,7 +52,7 @@ class ReadOptions:
     verify_checksums: bool | None = True
     """None means the default: verify."""
     cache: RecordCache | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = DEFAULT_RETRY
 
     @property
     def tail_request_size(self) -> int:
@@ -64,8 +65,7 @@ class ReadOptions:
         )
 
 
-@dataclass(frozen=True)
-class _Opening:
+class _Opening(NamedTuple):
     """What the tail read of an opening tells: the index header, the file size, and the
     index bytes if the tail holds them."""
 
@@ -181,19 +181,20 @@ class ReadingArchive(ArchiveBase):
     @classmethod
     def open(cls, location: Location, options: ReadOptions) -> ReadingArchive:
         source = options.source(location)
+        name = location.name
         try:
             tail, file_size = source.read_tail(options.tail_request_size)
             try:
-                opening = _Opening.of(tail, file_size, location.name)
+                opening = _Opening.of(tail, file_size, name)
             except ArchiveFormatError as error:
                 head = tail if _holds_head(tail, file_size) else _head_or_empty(source.read)
-                raise _foreign(head, tail, file_size, location.name) or error from None
+                raise _foreign(head, tail, file_size, name) or error from None
             source.set_file_size(opening.file_size)
             header = opening.header
             index_data = opening.index_data
             if index_data is None:
                 index_data = source.read(header.offset, header.size)
-            table = _decoded(index_data, header, location.name)
+            table = _decoded(index_data, header, name)
         except BaseException:
             source.close()
             raise
