@@ -199,9 +199,9 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         own = in_worker or not self._counted_by_loader
         count = own and not in_worker
         for sample in self._reader.stream(samples.tolist(), batch):
-            yield sample
             if count:
-                self._delivered += 1
+                self._delivered += 1  # handed out: consumed
+            yield sample
         if own:
             self.end_epoch()
 

@@ -164,8 +164,17 @@ def _fill_hex(view: Any) -> str:
     return bytes(np.asarray(value, stored).tobytes()).hex()
 
 
+def _array(root: Group, path: str, where: str) -> Array:
+    from ..nodes import Array
+
+    node = root.get(path)
+    if not isinstance(node, Array):
+        raise ValueError(f"{where}: no array {path!r}" if node is None else f"{where}: {path!r} is a group, no array")
+    return node
+
+
 def resolve_rows(field: Rows, root: Group, where: str) -> Resolved:
-    array = root.array(field.path)
+    array = _array(root, field.path, where)
     view = _checked_view(array, f"array {field.path!r}", where)
     shape, chunks = view.shape, view.chunks
     if not shape:
@@ -198,8 +207,7 @@ def resolve_blobs(field: Blob, root: Group, where: str) -> Resolved:
         path = field.pattern.format(i=index)
         if path not in root:
             break
-        array = root.array(path)
-        view = _checked_view(array, f"blob {path!r}", where)
+        view = _checked_view(_array(root, path, where), f"blob {path!r}", where)
         shape, dtype = view.shape, view.dtype
         if not ((not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)):
             raise ValueError(f"{where}: {path!r} (dtype {dtype}, shape {shape}) is no blob; use Rows or a function")

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["GAP_BYTES", "SampleReader"]
 
-#: Records at most this far apart in a file are read as one range (the tar header between two
-#: records is 512 bytes, plus up to 511 of padding).
-GAP_BYTES = 4096
+#: Records at most this far apart in a file are read as one range: what lies between two
+#: records written one after the other (a tar header of 512 bytes, a pax header for a long key,
+#: padding), never a record that isn't wanted.
+GAP_BYTES = 1536
 #: A range read at once is at most this long (longer runs of records are cut).
 SPAN_BYTES = 16 << 20
 
