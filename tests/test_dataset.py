@@ -197,19 +197,6 @@ def test_order_is_reproducible_from_the_seed(fleet: SampleIndex) -> None:
     assert list(dataset.order(0)) == first
 
 
-def test_locality_blocks(fleet: SampleIndex) -> None:
-    dataset = TrainingDataset(fleet, seed=3, block_size=4)
-    order = numbers(list(dataset))
-    assert sorted(order) == list(range(len(fleet)))
-    sequences = fleet.sequence_of(np.array(order))
-    runs = 0
-    for start in range(0, len(order)):
-        if start == 0 or not (order[start] == order[start - 1] + 1 and sequences[start] == sequences[start - 1]):
-            runs += 1
-    assert runs <= 14  # 12 full blocks and the two short ones (9 and 15 samples)
-    assert dataset.mixing(8) < TrainingDataset(fleet, seed=3).mixing(8)
-
-
 @pytest.mark.parametrize("equalize", ["drop", "pad"])
 def test_ranks_are_disjoint_and_equal(fleet: SampleIndex, equalize: str) -> None:
     world = 5  # 48 samples: 3 left over
@@ -237,12 +224,13 @@ def run_ranks(
     batches: int | None,
     state: dict[str, Any] | None = None,
     context: str = "fork",
+    block_size: int = 1,
 ) -> tuple[list[list[int]], dict[str, Any]]:
     """Ranks in step, each a TrainingLoader with ``workers`` workers: ``batches`` batches each
     (None: to the end of the epoch); their samples in order, and rank 0's state after."""
     loaders = []
     for rank in range(world):
-        dataset = TrainingDataset(index, seed=11, rank=rank, world_size=world)
+        dataset = TrainingDataset(index, seed=11, rank=rank, world_size=world, block_size=block_size)
         if state is not None:
             dataset.load_state_dict(state)
         loaders.append(
@@ -272,7 +260,7 @@ def test_loader_samples_in_the_ranks_order(fleet: SampleIndex) -> None:
     for rank in range(2):
         expected = TrainingDataset(fleet, seed=11, rank=rank, world_size=2).rank_samples()
         assert seen[rank] == list(expected)
-    assert state["epoch"] == 1 and state["consumed"] == 0
+    assert state["epoch"] == 1 and state["passes"] == []
 
 
 @pytest.mark.parametrize(
@@ -286,12 +274,12 @@ def test_resume_exactly_with_other_worker_and_rank_counts(
     """(ranks, workers) before and after the interruption: every sample of the epoch exactly
     once in all (what is left of the 48 samples divides by the new world size), the rest in the epoch's order."""
     first, state = run_ranks(fleet, *before, batches=2)
-    assert state["epoch"] == 0 and state["consumed"] == 2 * 4 * before[0]
+    assert state["epoch"] == 0 and state["passes"] == [[before[0], max(1, before[1]), 4, 1, 8]]
     rest, end = run_ranks(fleet, *after, batches=None, state=state)
     everything = Counter(number for part in first + rest for number in part)
     assert set(everything) == set(range(len(fleet))) and set(everything.values()) == {1}
     order = list(TrainingDataset(fleet, seed=11).order(0))
-    consumed = state["consumed"]
+    consumed = 2 * 4 * before[0]
     assert sorted(n for part in first for n in part) == sorted(order[:consumed])  # a prefix of the order
     world = after[0]
     for rank, part in enumerate(rest):
@@ -299,12 +287,40 @@ def test_resume_exactly_with_other_worker_and_rank_counts(
     assert end["epoch"] == 1
 
 
+@pytest.mark.parametrize(("before", "after"), [((2, 2), (4, 3)), ((1, 3), (2, 2))], ids=["2x2-to-4x3", "1x3-to-2x2"])
+def test_resume_with_blocks(fleet: SampleIndex, before: tuple[int, int], after: tuple[int, int]) -> None:
+    """With blocks, workers read windows of batches: what was consumed is no prefix of the
+    order, and still every sample comes exactly once."""
+    first, state = run_ranks(fleet, *before, batches=3, block_size=3)
+    rest, _ = run_ranks(fleet, *after, batches=None, state=state, block_size=3)
+    everything = Counter(number for part in first + rest for number in part)
+    order = TrainingDataset(fleet, seed=11, block_size=3, batch_size=4, rank=0, world_size=before[0]).order(0)
+    dropped = set(order.tolist()) - set(everything)
+    assert set(everything.values()) == {1}
+    assert len(dropped) < after[0]  # what the new world size doesn't divide, at most
+    assert sum(map(len, first)) == 3 * 4 * before[0]
+
+
+def test_blocks_mix_like_a_global_shuffle(tmp_path: Path) -> None:
+    write_fleet(tmp_path, [32] * 8)
+    index = SampleIndex.build(str(tmp_path / "*.itar"), {"number": SampleNumber(), "pose": "poses"})
+    blocks = TrainingDataset(index, seed=1, block_size=8, batch_size=8)
+    order = blocks.order(0)
+    assert sorted(order.tolist()) == list(range(len(index)))
+    shuffled = TrainingDataset(index, seed=1, batch_size=8).mixing(8)
+    assert blocks.mixing(8) >= shuffled - 0.5  # ~5.3 sequences of 8 per batch of 8 either way
+    # every batch of 8 holds one sample of each of 8 blocks of 8 neighbours
+    for start in range(0, len(order), 64):
+        window = order[start : start + 64].reshape(8, 8)
+        assert all(len(set((window[:, column] // 8).tolist())) == 1 for column in range(8))
+
+
 def test_resume_in_the_same_process_and_state_checks(fleet: SampleIndex) -> None:
     dataset = TrainingDataset(fleet, seed=4)
     iterator = iter(dataset)
     head = [int(next(iterator)["number"]) for _ in range(10)]
     state = dataset.state_dict()
-    assert state["consumed"] == 10
+    assert state["passes"] == [[1, 1, 16, 1, 10]]
     resumed = TrainingDataset(fleet, seed=4)
     resumed.load_state_dict(state)
     assert head + numbers(list(resumed)) == list(dataset.order(0))
@@ -400,6 +416,24 @@ def test_s3_requests_and_bytes(s3_bucket: UPath, s3_proxy: ServerProcess) -> Non
     moved = sum(r["bytes"] for r in gets)
     records = 3 * len(index)
     assert wanted <= moved <= wanted + 1536 * records  # at most the tar headers between the records read
+
+
+@pytest.mark.s3
+def test_s3_blocks_are_read_with_a_request_each(s3_bucket: UPath, s3_proxy: ServerProcess) -> None:
+    pattern = s3_fleet(s3_bucket, [16, 16, 16, 16])
+    fields = {"image": FIELDS["image"], "lidar": "lidar", "number": SampleNumber()}  # written one after the other
+    index = SampleIndex.build(pattern, fields, storage_options=dict(s3_bucket.storage_options))
+    dataset = TrainingDataset(index, seed=2, block_size=4, batch_size=4)
+    s3_proxy.clear_requests()
+    samples = list(dataset)
+    assert numbers(samples) == list(dataset.order(0))
+    for sample in samples:
+        sequence, position = index.locate(int(sample["number"]))
+        assert bytes(sample["image"]) == image(sequence, position)
+        np.testing.assert_array_equal(sample["lidar"], lidar(sequence, position))
+    gets = [r for r in s3_proxy.requests() if r["method"] == "GET"]
+    assert len(gets) <= 64 // 4  # a block of 4 neighbours per request (neighbouring blocks: one)
+    assert dataset.mixing(4, epoch=0) >= 2.5  # batches of 4 from 4 blocks (of 4 sequences)
 
 
 @pytest.mark.s3

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._order import Equalize, epoch_order, rank_samples, sequences_per_batch, worker_samples
+from ._order import Equalize, Segment, delivery, epoch_order, rank_stream, remaining, sequences_per_batch, worker_units
 from ._reader import SampleReader
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ __all__ = ["DEFAULT_BYTE_BUDGET", "SampleView", "TrainingDataset"]
 DEFAULT_BYTE_BUDGET = 64 << 20
 #: Samples read together (and their neighbours coalesced) when no batch size is known.
 DEFAULT_GROUP = 16
+_STATE_FORMAT = "ncore_like.TrainingDataset/2"
 
 try:  # torch is optional: the dataset is a plain iterable without it
     from torch.utils.data import IterableDataset as _IterableBase
@@ -70,11 +71,10 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         index: The samples.
         seed: The seed of every epoch's order (the same on every rank).
         shuffle: A global shuffle across all samples (``False``: in index order).
-        block_size: Shuffle blocks of this many consecutive samples of a sequence instead of
-            single samples: neighbouring samples are read together (fewer requests, for slow
-            storage), batches mix fewer sequences (see the Training page for the figures).
-        batch_size: The DataLoader's batch size: workers read whole batches, which keeps what
-            a rank consumed a prefix of its samples with any number of workers (set by
+        block_size: Read blocks of this many consecutive samples of a sequence with one request
+            each, dealt out over as many batches (for storage where requests are dear; see the
+            Training page for what it does to mixing); 1: every sample on its own.
+        batch_size: The DataLoader's batch size: workers read whole batches (set by
             :class:`~ncore_like.dataset.TrainingLoader`; needed with more than one worker).
         equalize: Every rank gets the same number of samples: ``"drop"`` leaves the last few
             of an epoch out, ``"pad"`` repeats the first few.
@@ -82,7 +82,8 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             initialised ``torch.distributed``, else the ``RANK`` / ``WORLD_SIZE`` variables,
             else 0 of 1.
         verify_checksums: Check every record against its CRC32C (default: remote archives).
-        byte_budget: Bytes each reading process keeps in flight or read ahead.
+        byte_budget: Bytes each reading process keeps in flight or read ahead (at least a
+            block's worth of batches, ``block_size * batch_size`` samples, to read blocks whole).
 
     Iterating yields dicts, one entry per field. ``len()`` is the number of samples this rank
     reads in the current epoch from where it stands.
@@ -108,7 +109,7 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             raise ValueError(f"equalize must be 'drop' or 'pad', got {equalize!r}")
         if (rank is None) != (world_size is None):
             raise ValueError("pass rank and world_size together (or neither, to take them from torch.distributed)")
-        if world_size is not None and (world_size < 1 or not 0 <= rank < world_size):  # type: ignore[operator]
+        if rank is not None and world_size is not None and (world_size < 1 or not 0 <= rank < world_size):
             raise ValueError(f"rank {rank} of world_size {world_size}: need 0 <= rank < world_size")
         self.index = index
         self.seed = int(seed)
@@ -116,13 +117,15 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         self.block_size = int(block_size)
         self.batch_size = self._checked_batch(batch_size)
         self.equalize: Equalize = equalize
-        self._placement = None if rank is None else (int(rank), int(world_size))  # type: ignore[arg-type]
+        self._placement = None if rank is None or world_size is None else (int(rank), int(world_size))
         if self._placement is None:
             self._placement = _distributed()
         self._reader = SampleReader(index, verify_checksums=verify_checksums, byte_budget=byte_budget)
         self._epoch = 0
-        self._consumed = 0  # positions of the epoch's order consumed before this pass
-        self._delivered = 0  # samples this rank consumed in this pass
+        self._segments: list[Segment] = []  # the passes of this epoch before the current one
+        self._spread: int | None = None  # blocks per window of this epoch's order (fixed by its first pass)
+        self._pass: tuple[int, int, int, int] | None = None  # world size, workers, batch size, unit
+        self._delivered = 0  # samples this rank consumed in the current pass
         self._counted_by_loader = False
 
     @staticmethod
@@ -157,57 +160,94 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Starts epoch ``epoch`` from its beginning (as ``DistributedSampler.set_epoch``; an
         epoch that ran to its end moves to the next by itself)."""
-        if epoch != self._epoch or self._consumed or self._delivered:
-            self._epoch, self._consumed, self._delivered = int(epoch), 0, 0
+        if epoch != self._epoch or self._segments or self._delivered:
+            self._epoch, self._segments, self._spread, self._delivered = int(epoch), [], None, 0
+
+    @property
+    def _unit(self) -> int:
+        return self.block_size if self.block_size > 1 else 1
+
+    def _spread_now(self) -> int:
+        if self._spread is not None:
+            return self._spread
+        return (self.batch_size or DEFAULT_GROUP) * self.world_size
 
     def order(self, epoch: int | None = None) -> np.ndarray[Any, Any]:
         """All sample numbers of an epoch in their order (before the split between ranks)."""
-        lengths = self.index.lengths
         return epoch_order(
-            lengths, self.seed, self._epoch if epoch is None else epoch, shuffle=self.shuffle,
-            block_size=self.block_size,
+            self.index.lengths, self.seed, self._epoch if epoch is None else epoch, shuffle=self.shuffle,
+            block_size=self.block_size, spread=self._spread_now(),
         )  # fmt: skip
 
-    def rank_samples(self) -> np.ndarray[Any, Any]:
-        """The samples this rank reads in the current epoch from where it stands."""
+    def _segments_now(self) -> list[Segment]:
+        if self._pass is None or not self._delivered:
+            return list(self._segments)
+        return [*self._segments, Segment(*self._pass, self._delivered)]
+
+    def _stream(self) -> np.ndarray[Any, Any]:
+        """This rank's samples in the current pass (those consumed in it included)."""
+        order = self.order()
         rank, world = self.placement()
-        mine = rank_samples(self.order(), self._consumed, rank, world, self.equalize)
-        return mine[self._delivered :]
+        return rank_stream(remaining(order, self._segments, self.equalize), order, rank, world, self.equalize)
+
+    def start_pass(self, workers: int) -> None:
+        """Begins a pass with ``workers`` DataLoader workers (0 or 1: in this process), after
+        what the passes before consumed (what :class:`TrainingLoader` does before each
+        iteration)."""
+        self._segments = self._segments_now()
+        self._delivered = 0
+        if self._spread is None:
+            self._spread = self._spread_now()
+        self._pass = (self.world_size, max(1, workers), self.batch_size or DEFAULT_GROUP, self._unit)
+
+    def rank_samples(self) -> np.ndarray[Any, Any]:
+        """The samples this rank reads from where it stands, in the order they arrive in this
+        process (``workers`` of the current pass: see :func:`._order.delivery`)."""
+        stream = self._stream()
+        _, workers, batch, unit = self._pass or (0, 1, self.batch_size or DEFAULT_GROUP, self._unit)
+        batches = delivery(len(stream), workers, batch, unit)
+        positions = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+        return stream[positions][self._delivered :]
+
+    def batch_sizes(self) -> list[int]:
+        """The sizes of the batches of the current pass, in the order they arrive."""
+        _, workers, batch, unit = self._pass or (0, 1, self.batch_size or DEFAULT_GROUP, self._unit)
+        return [len(batch_positions) for batch_positions in delivery(len(self._stream()), workers, batch, unit)]
 
     def __len__(self) -> int:
-        return len(self.rank_samples())
+        return len(self._stream()) - self._delivered
 
     # -- iterating ------------------------------------------------------------------------------
 
-    def _worker_samples(self) -> tuple[np.ndarray[Any, Any], int]:
-        samples = self.rank_samples()
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        # A worker's copy keeps its own epoch (persistent workers start the next one after a
+        # pass that ran to its end); in the process that consumes the samples, the dataset
+        # counts them unless a TrainingLoader counts the batches.
+        in_worker = _in_worker()
+        if not in_worker and not self._counted_by_loader:
+            self.start_pass(1)
         worker, workers = _worker()
         if workers > 1 and self.batch_size is None:
             raise ValueError(
                 "a TrainingDataset read by several DataLoader workers needs batch_size= (the DataLoader's), "
                 "or use ncore_like.dataset.TrainingLoader"
             )
+        if self._pass is None:
+            self.start_pass(workers)
+        stream = self._stream()
         batch = self.batch_size or DEFAULT_GROUP
-        return worker_samples(samples, worker, workers, batch), batch
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        samples, batch = self._worker_samples()
-        # A worker's copy keeps its own epoch (persistent workers start the next one after a
-        # pass that ran to its end); in the process that consumes the samples, the dataset
-        # counts them unless a TrainingLoader counts the batches.
-        in_worker = _in_worker()
-        own = in_worker or not self._counted_by_loader
-        count = own and not in_worker
-        for sample in self._reader.stream(samples.tolist(), batch):
+        units = worker_units(len(stream), workers, batch, self._unit)[worker]
+        count = not in_worker and not self._counted_by_loader
+        for sample in self._reader.stream([stream[positions].tolist() for positions in units]):
             if count:
                 self._delivered += 1  # handed out: consumed
             yield sample
-        if own:
+        if in_worker or not self._counted_by_loader:
             self.end_epoch()
 
     def end_epoch(self) -> None:
         """Moves to the beginning of the next epoch (what a pass that ran to its end does)."""
-        self._epoch, self._consumed, self._delivered = self._epoch + 1, 0, 0
+        self._epoch, self._segments, self._spread, self._delivered = self._epoch + 1, [], None, 0
 
     def count_delivered(self, samples: int) -> None:
         """Counts samples this rank consumed (what :class:`TrainingLoader` does per batch)."""
@@ -219,30 +259,36 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         """Where the epoch stands: resume with :meth:`load_state_dict`, on any number of ranks
         and workers. The ranks must have consumed the same number of samples (as they do
         training in step); any rank's state is then the job's."""
-        _, world = self.placement()
-        consumed = min(self._consumed + self._delivered * world, len(self.index))
         return {
-            "format": "ncore_like.TrainingDataset/1",
+            "format": _STATE_FORMAT,
             "seed": self.seed,
             "shuffle": self.shuffle,
             "block_size": self.block_size,
+            "equalize": self.equalize,
             "samples": len(self.index),
             "epoch": self._epoch,
-            "consumed": consumed,
+            "spread": self._spread,
+            "passes": [list(segment) for segment in self._segments_now()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resumes where :meth:`state_dict` was taken: the samples of its epoch not consumed
-        yet, in the same order, split between this job's ranks. ValueError if the state is of
-        another order (seed, shuffle, block size) or another index."""
-        if state.get("format") != "ncore_like.TrainingDataset/1":
+        yet, in the same order, split between this job's ranks and workers. ValueError if the
+        state is of another order (seed, shuffle, block size) or another index."""
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             raise ValueError(f"not a TrainingDataset state: {state!r:.200}")
-        mine = {"seed": self.seed, "shuffle": self.shuffle, "block_size": self.block_size, "samples": len(self.index)}
+        mine = {
+            "seed": self.seed, "shuffle": self.shuffle, "block_size": self.block_size, "equalize": self.equalize,
+            "samples": len(self.index),
+        }  # fmt: skip
         differ = {key: (state.get(key), value) for key, value in mine.items() if state.get(key) != value}
         if differ:
             what = ", ".join(f"{key} {theirs!r} (this dataset: {ours!r})" for key, (theirs, ours) in differ.items())
             raise ValueError(f"the state is of another order or index: {what}")
-        self._epoch, self._consumed, self._delivered = int(state["epoch"]), int(state["consumed"]), 0
+        self._epoch = int(state["epoch"])
+        self._spread = None if state["spread"] is None else int(state["spread"])
+        self._segments = [Segment(*(int(value) for value in segment)) for segment in state["passes"]]
+        self._pass, self._delivered = None, 0
 
     def mixing(self, batch_size: int, epoch: int | None = None) -> float:
         """Sequences per batch of ``batch_size`` in an epoch's order, on average (a uniformly

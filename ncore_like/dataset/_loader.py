@@ -2,8 +2,8 @@
 the batches it hands out, so that ``state_dict()`` knows what was consumed.
 
 A DataLoader's workers hold copies of the dataset; the samples they read are counted where
-the batches arrive, here. Batch ``k`` of a pass holds ``min(batch_size, remaining)`` samples:
-the workers read whole batches of the rank's samples in turn (see ``_order``).
+the batches arrive, here: the workers' share and the order in which their batches arrive follow
+from the split (see ``_order.delivery``).
 """
 
 from __future__ import annotations
@@ -47,29 +47,30 @@ class TrainingLoader(DataLoader):  # type: ignore[type-arg]
         super().__init__(dataset, batch_size=batch_size, **kwargs)
         self._workers_state: tuple[int, int, int] | None = None
 
-    def _state(self) -> tuple[int, int, int]:
-        dataset: TrainingDataset = self.dataset  # type: ignore[assignment]
-        return dataset.epoch, dataset._consumed, dataset._delivered
+    @staticmethod
+    def _snapshot(dataset: TrainingDataset) -> tuple[Any, ...]:
+        """What a worker's copy of the dataset reads by (compared for persistent workers)."""
+        return dataset.epoch, tuple(dataset._segments), dataset._spread_now(), dataset._pass
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset: TrainingDataset = self.dataset  # type: ignore[assignment]
         dataset.placement()  # resolved here, before workers start: they may not see torch.distributed
         dataset.batch_size = self.batch_size
-        if self.persistent_workers and self._workers_state != self._state():
+        dataset.start_pass(self.num_workers)
+        if self.persistent_workers and self._workers_state != self._snapshot(dataset):
             self._iterator = None  # the workers' copies hold an older state: new workers
-        remaining = len(dataset)
-        batch = self.batch_size or 1
+        sizes = dataset.batch_sizes()
         dataset._counted_by_loader = True
         self._workers_state = None  # unknown until this pass runs to its end
         try:
-            for batch_data in super().__iter__():
-                dataset.count_delivered(min(batch, remaining))
-                remaining -= batch
+            for number, batch_data in enumerate(super().__iter__()):
+                if number < len(sizes):
+                    dataset.count_delivered(sizes[number])
                 yield batch_data
         finally:
             dataset._counted_by_loader = False
         dataset.end_epoch()
-        self._workers_state = self._state()  # where persistent workers' copies are now too
+        self._workers_state = self._snapshot(dataset)  # where persistent workers' copies are now too
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's :meth:`TrainingDataset.state_dict`."""

@@ -1,8 +1,8 @@
 """Reading samples of a :class:`~ncore_like.dataset.SampleIndex`: the records of the next
 samples in flight, bounded by a byte budget.
 
-Samples are read in groups (a worker's batch): the records of a group are sorted by archive
-and offset, and records that follow each other in a file (at most :data:`GAP_BYTES` apart:
+Samples are read in groups (a worker's batch, or the batches of a window of blocks): the
+records of a group are sorted by archive and offset, and records that follow each other in a file (at most :data:`GAP_BYTES` apart:
 the tar headers between them) are read as one exact range — a sample whose fields were
 written one after the other costs one request, a block of neighbouring samples one request.
 Remote ranges are async requests on fsspec's loop, all of a group at once; local ones
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -137,22 +137,19 @@ class SampleReader:
         plan.nbytes = sum(size for _, _, size in plan.spans)
         return plan
 
-    def _groups(self, numbers: Sequence[int], group_size: int) -> Iterator[_Plan]:
-        """Plans of consecutive samples: ``group_size`` of them, fewer where their bytes pass a
-        quarter of the budget (so that several groups are in flight)."""
-        limit = max(1, self._budget // 4)
-        picked = np.asarray(numbers, dtype=np.int64)
-        for first in range(0, len(picked), group_size):
-            chunk = picked[first : first + group_size]
-            sizes = self._sample_bytes(chunk)
-            start, held = 0, 0
-            for position, size in enumerate(sizes.tolist()):
-                if position > start and held + size > limit:
-                    yield self._plan(chunk[start:position].tolist())
-                    start, held = position, 0
-                held += size
-            if start < len(chunk):
-                yield self._plan(chunk[start:].tolist())
+    def _split(self, group: Sequence[int]) -> Iterator[_Plan]:
+        """Plans of a group of samples read together: all of it, or consecutive parts of it
+        where its bytes pass half the budget (so that two are in flight)."""
+        limit = max(1, self._budget // 2)
+        picked = np.asarray(group, dtype=np.int64)
+        start, held = 0, 0
+        for position, size in enumerate(self._sample_bytes(picked).tolist()):
+            if position > start and held + size > limit:
+                yield self._plan(picked[start:position].tolist())
+                start, held = position, 0
+            held += size
+        if start < len(picked):
+            yield self._plan(picked[start:].tolist())
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -247,25 +244,27 @@ class SampleReader:
 
     def read(self, numbers: Sequence[int]) -> list[dict[str, Any]]:
         """The samples ``numbers``, all their reads in flight together."""
-        plans = [(plan, self._submit(plan)) for plan in self._groups(numbers, max(1, len(numbers)))]
+        plans = [(plan, self._submit(plan)) for plan in self._split(numbers)]
         samples: list[dict[str, Any]] = []
         for plan, jobs in plans:
             samples.extend(self._finish(plan, self._collect(plan, jobs)))
         return samples
 
-    def stream(self, numbers: Sequence[int], group_size: int) -> Generator[dict[str, Any], None, None]:
-        """The samples ``numbers`` in order, read ahead in groups of ``group_size`` within the
-        byte budget. Close the generator (or exhaust it) to cancel the reads in flight."""
+    def stream(self, groups: Iterable[Sequence[int]]) -> Generator[dict[str, Any], None, None]:
+        """The samples of ``groups`` in order, each group's records read together (neighbours
+        as one range), groups read ahead within the byte budget. Close the generator (or
+        exhaust it) to cancel the reads in flight."""
         pending: deque[tuple[_Plan, list[tuple[list[int], Future[list[bytes]]]]]] = deque()
         held = 0
         try:
-            for plan in self._groups(numbers, max(1, group_size)):
-                while pending and held + plan.nbytes > self._budget:
-                    done, jobs = pending.popleft()
-                    yield from self._finish(done, self._collect(done, jobs))
-                    held -= done.nbytes
-                pending.append((plan, self._submit(plan)))
-                held += plan.nbytes
+            for group in groups:
+                for plan in self._split(group):
+                    while pending and held + plan.nbytes > self._budget:
+                        done, jobs = pending.popleft()
+                        yield from self._finish(done, self._collect(done, jobs))
+                        held -= done.nbytes
+                    pending.append((plan, self._submit(plan)))
+                    held += plan.nbytes
             while pending:
                 done, jobs = pending.popleft()
                 yield from self._finish(done, self._collect(done, jobs))
