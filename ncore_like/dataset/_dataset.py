@@ -78,9 +78,9 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             :class:`~ncore_like.dataset.TrainingLoader`; needed with more than one worker).
         equalize: Every rank gets the same number of samples: ``"drop"`` leaves the last few
             of an epoch out, ``"pad"`` repeats the first few.
-        rank, world_size: This process's rank and the number of ranks; default: from an
-            initialised ``torch.distributed``, else the ``RANK`` / ``WORLD_SIZE`` variables,
-            else 0 of 1.
+        rank: This process's rank (with ``world_size``); default: from an initialised
+            ``torch.distributed``, else the ``RANK`` / ``WORLD_SIZE`` variables, else 0 of 1.
+        world_size: The number of ranks (with ``rank``).
         verify_checksums: Check every record against its CRC32C (default: remote archives).
         byte_budget: Bytes each reading process keeps in flight or read ahead (at least a
             block's worth of batches, ``block_size * batch_size`` samples, to read blocks whole).

@@ -2,9 +2,10 @@
 samples in flight, bounded by a byte budget.
 
 Samples are read in groups (a worker's batch, or the batches of a window of blocks): the
-records of a group are sorted by archive and offset, and records that follow each other in a file (at most :data:`GAP_BYTES` apart:
-the tar headers between them) are read as one exact range — a sample whose fields were
-written one after the other costs one request, a block of neighbouring samples one request.
+records of a group are sorted by archive and offset, and records that follow each other in a
+file (at most :data:`GAP_BYTES` apart: the tar headers between them) are read as one exact
+range: a sample whose fields were written one after the other costs one request, a block of
+neighbouring samples one request.
 Remote ranges are async requests on fsspec's loop, all of a group at once; local ones
 ``pread`` on the shared worker pool. Groups go out while the bytes of the groups in flight or
 not yet consumed stay within the budget (a group is at least one sample, so a sample larger
