@@ -67,11 +67,20 @@ class _LocalFiles:
         self._open: OrderedDict[str, list[int]] = OrderedDict()  # path -> [fd, users]
         self._lock = threading.Lock()
 
-    def pread(self, path: str, offset: int, size: int) -> bytes:
+    def pread(self, path: str, offset: int, size: int, file_size: int) -> bytes:
         with self._lock:
             entry = self._open.get(path)
             if entry is None:
-                entry = self._open[path] = [os.open(path, os.O_RDONLY | os.O_CLOEXEC), 0]
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                found = os.fstat(fd).st_size
+                if found != file_size:
+                    os.close(fd)
+                    raise ArchiveFormatError(
+                        f"the file has {found} bytes, the index {file_size} (has the archive changed since the "
+                        "index was built?)",
+                        archive=path,
+                    )
+                entry = self._open[path] = [fd, 0]
                 self._evict()
             self._open.move_to_end(path)
             entry[1] += 1
@@ -213,7 +222,7 @@ class ArchiveRanges:
         self._check_range(number, offset, size)
         path = self.local_path(number)
         if path is not None:
-            return self._files.pread(path, offset, size)
+            return self._files.pread(path, offset, size, self._archives[number].file_size)
         return sync(self._source(number).read_async(offset, size), io_loop())
 
     async def read_async(self, number: int, offset: int, size: int) -> bytes:
@@ -234,7 +243,7 @@ class ArchiveRanges:
         """:meth:`read` from the storage itself, past the cache (after a damaged cache hit)."""
         path = self.local_path(number)
         if path is not None:
-            return self._files.pread(path, offset, size)
+            return self._files.pread(path, offset, size, self._archives[number].file_size)
         source = self._source(number)
         inner = source.inner if isinstance(source, CachedSource) else source
         return sync(inner.read_async(offset, size), io_loop())

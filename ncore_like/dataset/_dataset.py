@@ -237,8 +237,13 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         stream = self._stream()
         batch = self.batch_size or DEFAULT_GROUP
         units = worker_units(len(stream), workers, batch, self._unit)[worker]
+        groups = [stream[positions].tolist() for positions in units]
+        if self._unit > 1 and groups:
+            # The first batch on its own (a request per sample, the rest of its blocks with one
+            # each): it comes as soon as its own samples are there, not the whole window.
+            groups[:1] = [groups[0][:batch], groups[0][batch:]]
         count = not in_worker and not self._counted_by_loader
-        for sample in self._reader.stream([stream[positions].tolist() for positions in units]):
+        for sample in self._reader.stream(groups):
             if count:
                 self._delivered += 1  # handed out: consumed
             yield sample

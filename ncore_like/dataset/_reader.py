@@ -162,15 +162,15 @@ class SampleReader:
         local = [number for number, span in enumerate(plan.spans) if not ranges.is_remote(span[0])]
         jobs: list[tuple[list[int], Future[list[bytes]]]] = []
         if remote:
-            spans = [plan.spans[number] for number in remote]
 
-            async def fetch() -> list[bytes]:
+            async def fetch(spans: list[tuple[int, int, int]]) -> list[bytes]:
                 return list(await asyncio.gather(*(ranges.read_async(*span) for span in spans)))
 
-            jobs.append((remote, asyncio.run_coroutine_threadsafe(fetch(), io_loop())))
+            remote_spans = [plan.spans[number] for number in remote]
+            jobs.append((remote, asyncio.run_coroutine_threadsafe(fetch(remote_spans), io_loop())))
         if local:
-            spans = [plan.spans[number] for number in local]
-            jobs.append((local, worker_pool().submit(lambda: [ranges.read(*span) for span in spans])))
+            local_spans = [plan.spans[number] for number in local]
+            jobs.append((local, worker_pool().submit(lambda: [ranges.read(*span) for span in local_spans])))
         return jobs
 
     @staticmethod
