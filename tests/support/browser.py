@@ -8,7 +8,10 @@ found the tests that need one skip, saying so.
 Fixtures (loaded through ``tests.support.fixtures``):
 
 * ``chromium_path`` (session): the browser binary, or a skip with the reason;
-* ``browser`` (session): a launched headless Chromium (``playwright.sync_api.Browser``);
+* ``browser`` (module): a launched headless Chromium (``playwright.sync_api.Browser``),
+  stopped after the module's tests: while Playwright's sync API is up, it keeps an
+  asyncio loop marked as running in the main thread, so ``asyncio.run`` and the
+  library's blocking calls in later tests would fail as if called inside a loop;
 * ``page`` (function): a fresh page in a fresh context, closed after the test.
 """
 
@@ -56,7 +59,7 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
     with sync_api.sync_playwright() as playwright:
