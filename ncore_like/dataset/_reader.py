@@ -62,14 +62,14 @@ class SampleReader:
     Args:
         index: The samples.
         verify_checksums: Check each record against its CRC32C (archives written without
-            checksums have none); default: for remote archives, not for local ones (as
+            checksums have none); on by default, local or remote (as
             :class:`~ncore_like.IndexedTarArchive` does).
         byte_budget: Bytes of records in flight or read and not yet handed out.
 
     Pickles as the index and its settings: a process opens what it reads.
     """
 
-    def __init__(self, index: SampleIndex, *, verify_checksums: bool | None = None, byte_budget: int) -> None:
+    def __init__(self, index: SampleIndex, *, verify_checksums: bool | None = True, byte_budget: int) -> None:
         if byte_budget < 1:
             raise ValueError(f"byte_budget must be positive, got {byte_budget}")
         self._index = index
@@ -80,10 +80,8 @@ class SampleReader:
     def _init(self) -> None:
         index = self._index
         self._ranges = ArchiveRanges(index.archives, storage_options=index.storage_options, cache=index.cache)
-        self._verify = [
-            has and (self._ranges.is_remote(number) if self._verify_setting is None else self._verify_setting)
-            for number, has in enumerate(index.has_checksums)
-        ]
+        verify = self._verify_setting is not False  # None means the default, as for archives
+        self._verify = [has and verify for has in index.has_checksums]
         self._stored = [(name, f) for name, f in index.fields.items() if isinstance(f, Rows | Blob)]
         self._collection: ArchiveCollection | None = None
         self._lock = threading.Lock()
