@@ -96,7 +96,7 @@ _EXPORTS: dict[str, str] = {
     ),
 }
 
-_SUBPACKAGES = frozenset(["archive", "backend", "cli", "errors", "nodes", "store"])
+_SUBPACKAGES = frozenset(["archive", "backend", "cli", "dataset", "errors", "nodes", "store"])
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
