@@ -26,6 +26,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "nodes": ("nodes",),
     "xarray": ("xarray_backend",),
     "cluster": ("cluster",),
+    "viewer": ("viewer",),
     "cli": ("cli", "demo", "__main__"),
     "package": ("__init__",),
 }
@@ -40,8 +41,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "nodes": frozenset({"foundation", "compat", "archive", "store", "backend"}),
     "xarray": frozenset({"foundation", "archive", "store"}),
     "cluster": frozenset({"foundation"}),
-    "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "cluster", "package"}),
-    "package": frozenset({"foundation", "archive", "store", "backend", "nodes"}),
+    "viewer": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes"}),
+    "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "cluster", "viewer", "package"}),
+    "package": frozenset({"foundation", "archive", "store", "backend", "nodes", "viewer"}),
 }
 
 
