@@ -19,6 +19,7 @@ from contextlib import closing
 
 from .._lru import LRUCache
 from ..archive import scan_records
+from ..errors import ChecksumError, NcoreLikeError
 from ..nodes import Array
 from ._catalog import Catalog, Entry, blob_size
 
@@ -50,6 +51,7 @@ class Frames:
         self._cache: LRUCache[str, bytes] = LRUCache(cache_bytes, weight=len)
         self._pending: dict[str, Future[bytes | _NotRead]] = {}
         self._lock = threading.Lock()
+        self._damaged: set[str] = set()  # frames whose record failed its checksum
         self._scans = ThreadPoolExecutor(2, thread_name_prefix="ncore_like-view-scan")
         self.scans = 0
         """Windows read so far (for tests and the curious)."""
@@ -110,7 +112,7 @@ class Frames:
         window: list[tuple[str, str]] = []
         size = 0
         for path in frames[position : position + WINDOW_FRAMES]:
-            if path in self._pending or self._cache.get(path) is not None:
+            if path in self._pending or self._cache.get(path) is not None or (window and path in self._damaged):
                 break
             array = self._catalog.entries[path].node
             assert isinstance(array, Array)
@@ -119,6 +121,8 @@ class Frames:
             if key is None or (window and size > WINDOW_BYTES):
                 break
             window.append((path, key))
+            if path in self._damaged:
+                break  # read again on its own (the damage may have been a fault on the way)
         return window
 
     def _start_window(self, entry: Entry) -> Future[bytes | _NotRead] | None:
@@ -144,11 +148,18 @@ class Frames:
                     self._settle(path, future, data)
                     done += 1
         except BaseException as error:  # a damaged or unreadable record: its readers see why
-            if done < len(window):
-                self._settle(window[done][0], futures[done], error)
-                done += 1
-        for (path, _), future in zip(window[done:], futures[done:], strict=True):
-            self._settle(path, future, _NOT_READ)
+            # A span is checked as a whole: the frames read with the damaged one are read
+            # again, in windows that end before it.
+            keys = [key for _, key in window[done:]]
+            failed = done + (keys.index(error.key) if isinstance(error, NcoreLikeError) and error.key in keys else 0)
+            if isinstance(error, ChecksumError):
+                with self._lock:
+                    self._damaged.add(window[failed][0])
+            self._settle(window[failed][0], futures[failed], error)
+            for (path, _), future in list(zip(window, futures, strict=True))[done:]:
+                if not future.done():
+                    self._settle(path, future, _NOT_READ)
+            return
 
     def _settle(self, path: str, future: Future[bytes | _NotRead], outcome: bytes | _NotRead | BaseException) -> None:
         with self._lock:

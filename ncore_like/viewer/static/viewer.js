@@ -172,7 +172,9 @@ function treeItem(node) {
 function renderTree(document_) {
   const nav = $("#tree");
   fill(nav, el("ul", {}, treeItem(document_.tree)));
-  $("#archive-name").textContent = document_.name;
+  const name = $("#archive-name");
+  name.textContent = document_.name.replace(/\/+$/, "").split("/").pop() || document_.name;
+  name.title = document_.name;
   const facts = [];
   if (document_.file_size !== null) facts.push(formatBytes(document_.file_size));
   if (document_.checksums !== null) facts.push(document_.checksums ? "CRC32C per record" : "no checksums");
@@ -209,6 +211,7 @@ function attributesBlock(attributes, title = "attributes") {
 function renderDetails(details) {
   const section = $("#details");
   const rows = [["kind", details.kind]];
+  if (details.path === "" && state.tree) rows.push(["location", state.tree.name]);
   if (details.kind === "group") {
     rows.push(["zarr format", String(details.zarr_format)]);
     const m = details.members;
@@ -533,28 +536,36 @@ function drawPoints(target, header, data, colour) {
   const out = image.data;
   for (let i = 0; i < out.length; i += 4) { out[i] = 17; out[i + 1] = 17; out[i + 2] = 17; out[i + 3] = 255; }
   let drawn = 0;
+  const dot = count < 50000 ? 2 : 1; // sparse clouds in dots of 2x2 pixels
   for (let i = 0; i < count; i++) {
     const px = Math.round(W / 2 + (data[i * k] - cx) * scale);
     const py = Math.round((H - 24) / 2 - (data[i * k + 1] - cy) * scale);
-    if (!(px >= 0 && px < W && py >= 0 && py < H - 24)) continue;
+    if (!(px >= 0 && px < W && py >= 0 && py < H - 24 - dot)) continue;
     const [r, g, b] = viridis((data[i * k + colour] - c0) / (c1 > c0 ? c1 - c0 : 1));
-    const o = 4 * (py * W + px);
-    out[o] = r; out[o + 1] = g; out[o + 2] = b;
+    for (let dy = 0; dy < dot; dy++) {
+      for (let dx = 0; dx < dot && px + dx < W; dx++) {
+        const o = 4 * ((py + dy) * W + px + dx);
+        out[o] = r; out[o + 1] = g; out[o + 2] = b;
+      }
+    }
     drawn++;
   }
   ctx.putImageData(image, 0, 0);
-  // Colour bar and scale.
-  for (let x = 0; x < 160; x++) {
-    const [r, g, b] = viridis(x / 159);
+  // The colour bar of the column, and a scale bar of a round length.
+  const barLeft = W - 220, barWidth = 160;
+  for (let x = 0; x < barWidth; x++) {
+    const [r, g, b] = viridis(x / (barWidth - 1));
     ctx.fillStyle = `rgb(${r},${g},${b})`;
-    ctx.fillRect(W - 176 + x, H - 16, 1, 8);
+    ctx.fillRect(barLeft + x, H - 16, 1, 8);
   }
   ctx.fillStyle = "#ddd"; ctx.font = "11px sans-serif";
-  ctx.textAlign = "right"; ctx.fillText(formatNumber(Number(c0.toPrecision(4))), W - 180, H - 8);
-  ctx.textAlign = "left"; ctx.fillText(formatNumber(Number(c1.toPrecision(4))), W - 12, H - 8);
-  const metres = ticks(0, (W / 4) / scale, 1)[1] || 1;
-  ctx.fillRect(12, H - 14, metres * scale, 2);
-  ctx.fillText(`${formatNumber(metres)} (x → , y ↑)`, 16 + metres * scale, H - 8);
+  ctx.textAlign = "right"; ctx.fillText(formatNumber(Number(c0.toPrecision(4))), barLeft - 4, H - 8);
+  ctx.textAlign = "left"; ctx.fillText(formatNumber(Number(c1.toPrecision(4))), barLeft + barWidth + 4, H - 8);
+  const target_ = (W / 5) / scale;
+  const power = 10 ** Math.floor(Math.log10(target_));
+  const length = [5, 2, 1].map((m) => m * power).find((v) => v <= target_) || power;
+  ctx.fillRect(12, H - 14, length * scale, 2);
+  ctx.fillText(`${formatNumber(length)}  (x →, y ↑)`, 18 + length * scale, H - 8);
   target.dataset.drawn = String(drawn);
 }
 
