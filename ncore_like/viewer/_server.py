@@ -4,7 +4,8 @@ It runs on an event loop of its own, in a thread of its own, so that it serves a
 (whose loop is busy) as well as the command line; reads run on a small thread pool, off
 the loop.
 
-Safe by default: only ``GET`` (and ``HEAD``); every request carries the access token, in
+Safe by default: read-only (routes of ``GET`` and ``HEAD`` only, the hierarchy opened for
+reading); every request carries the access token, in
 the URL (``?token=``, as printed), in a cookie set by the first visit (then the page moves
 to ``/``, so the token leaves the address bar and the history), or as ``Authorization:
 token ...``; nodes are named by their path in the hierarchy and looked up, never joined to
@@ -161,8 +162,6 @@ class Server:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         try:
-            if request.method not in ("GET", "HEAD"):
-                raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"], text="the viewer is read-only")
             if not self._authorized(request):
                 raise web.HTTPForbidden(
                     text="ncore-like view: this address needs the viewer's access token: open the URL that "
