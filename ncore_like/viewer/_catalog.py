@@ -161,6 +161,8 @@ class Catalog:
             document["members"] = {kind: kinds.count(kind) for kind in ("group", "array", "blob")}
             if len(entry.frames) >= _MIN_FRAMES:
                 document["frames"] = entry.frames
+                # Whether the page asks for each frame's attributes as it shows it.
+                document["frame_attributes"] = any(self.entries[frame].node.attributes for frame in entry.frames)
                 first = self.entries[entry.frames[0]].node
                 document["frame_size"] = blob_size(first) if isinstance(first, Array) else None
             return document

@@ -347,7 +347,7 @@ function renderTimeline(details, start = 0) {
     label.textContent = `${index + 1} / ${frames.length} · ${path.split("/").pop()}`;
     img.dataset.index = "";
     try {
-      const [loaded, frameDetails] = await Promise.all([loadBlob(path), getJSON("node", { path })]);
+      const [loaded, frameDetails] = await Promise.all([loadBlob(path), details.frame_attributes ? getJSON("node", { path }) : { attributes: {} }]);
       if (ticket !== shown) return;
       fill(errorSlot, );
       await showBlob(loaded, img, hexBox, info);
@@ -699,6 +699,7 @@ async function start() {
   state.tree = tree;
   renderTree(tree);
   document.body.dataset.tree = "1";
+  performance.mark("ncore-like-view:tree"); // first paint, for scripts/bench_view.py
   window.addEventListener("hashchange", () => select(pathFromHash()));
   await select(pathFromHash());
   document.body.dataset.ready = "1";
