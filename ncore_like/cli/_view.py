@@ -7,7 +7,7 @@ import sys
 import warnings
 from typing import Any
 
-from ._common import CommandError, Location, reporting
+from ._common import CommandError, Location, non_negative_int, reporting
 
 __all__ = ["register", "run"]
 
@@ -25,7 +25,7 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "stop with Ctrl-C. Needs aiohttp: pip install 'ncore-like[view]'.",
     )
     parser.add_argument("archive", metavar="PATH_OR_URL", help="the .itar archive or zarr hierarchy (path or URL)")
-    parser.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    parser.add_argument("--port", type=_port, default=0, help="port to listen on (default: a free one)")
     parser.add_argument(
         "--host",
         default=None,
@@ -34,6 +34,14 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("--no-browser", action="store_true", help="don't open the browser, only print the URL")
     parser.set_defaults(run=run)
+
+
+def _port(text: str) -> int:
+    """A TCP port (argparse ``type=``); 0 picks a free one."""
+    port = non_negative_int(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port (0-65535), got {text!r}")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,9 +7,10 @@ the loop.
 Safe by default: read-only (routes of ``GET`` and ``HEAD`` only, the hierarchy opened for
 reading); every request carries the access token, in the URL (``?token=``, as printed), in
 a cookie set by the first visit (then the page moves to ``/``, so the token leaves the
-address bar and the history), or as ``Authorization: token ...``; nodes are named by their path in the hierarchy and looked up, never joined to
-a file path; blobs are served as the image type their first bytes say, or as bytes, never
-as something a browser would run (``nosniff``, a strict content security policy).
+address bar and the history), or as ``Authorization: token ...``; nodes are named by their
+path in the hierarchy and looked up, never joined to a file path; blobs are served as the
+image type their first bytes say, or as bytes, never as something a browser would run
+(``nosniff``, a strict content security policy).
 """
 
 from __future__ import annotations
