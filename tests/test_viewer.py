@@ -299,6 +299,45 @@ def test_a_zarr_directory_is_shown_like_its_archive(page: Any, sequence: Path, t
         assert page.evaluate(DRAWN_PIXELS, "#points") > 2000
 
 
+def encoded(image: np.ndarray, kind: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format=kind, **({"lossless": True} if kind == "WEBP" else {}))
+    return buffer.getvalue()
+
+
+def test_png_webp_and_other_blobs_under_any_names(page: Any, tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    pictures = [rng.integers(0, 255, size=(48, 80, 3), dtype=np.uint8) for _ in range(2)]
+    path = tmp_path / "blobs.itar"
+    with IndexedTarZarrStore(path, "w") as store:
+        root = store.create_root_group()
+        odd = root.create_group("odd 光 %20#?", attributes={"note": "a name to escape"})
+        for i, picture in enumerate(pictures):
+            odd.create_bytes_array(f"frame {i}", encoded(picture, "PNG"))
+        root.create_bytes_array("cover", encoded(pictures[1], "WEBP"))
+        root.create_bytes_array("notes", b"plain text, no image" + bytes(range(40)))
+        store.consolidate()
+    with view(path, open_browser=False) as viewer:
+        open_view(page, viewer)
+        page.click("#tree a[data-path='odd 光 %20#?']")
+        page.wait_for_selector("#frame[data-index='0']")
+        assert "a name to escape" in page.inner_text("#details")
+        assert page.eval_on_selector("#frame", "img => [img.naturalWidth, img.naturalHeight]") == [80, 48]
+        assert "image/png" in page.inner_text("#frame-info")
+        page.click("#next")
+        page.wait_for_selector("#frame[data-index='1']")
+        page.reload()  # the address names the group, escaped
+        page.wait_for_selector("#frame[data-index='0']")
+        page.click("#tree a[data-path='cover']")
+        page.wait_for_selector("#frame:not([hidden])")
+        assert page.eval_on_selector("#frame", "img => [img.naturalWidth, img.naturalHeight]") == [80, 48]
+        page.click("#tree a[data-path='notes']")
+        page.wait_for_selector("pre.hex:not([hidden])")
+        dump = page.inner_text("pre.hex")
+        assert dump.startswith("00000000  70 6c 61 69 6e 20 74 65 78 74 2c 20 6e 6f 20 69  plain text, no i\n")
+        assert "\n00000010  6d 61 67 65 00 01 02 03" in dump
+
+
 def test_screenshots_of_the_demo_sequence_for_the_docs(browser: Any, sequence: Path) -> None:
     context = browser.new_context(viewport={"width": 1200, "height": 760})
     page = context.new_page()

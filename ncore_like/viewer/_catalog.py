@@ -25,7 +25,8 @@ Kind = Literal["group", "array", "blob"]
 _MAX_CHUNKS_SUMMED = 200_000
 #: Attributes that name the columns of an array.
 _LABEL_KEYS = ("fields", "columns", "names")
-#: A group with at least this many blobs is a sequence of frames, shown as a timeline.
+#: A group with at least this many blobs, all numbered (a digit in every name: an index, a
+#: timestamp), is a sequence of frames, shown as a timeline.
 _MIN_FRAMES = 2
 
 
@@ -41,7 +42,7 @@ class Entry:
     node: Group | Array
     kind: Kind
     frames: list[str] = field(default_factory=list)
-    """Of a group: the paths of its blob members in natural order (a timeline if two or more)."""
+    """Of a group of frames: the paths of its blobs in natural order (its timeline)."""
     frame_of: tuple[str, int] | None = None
     """Of a blob in a group of frames: that group's path and the blob's position."""
 
@@ -89,10 +90,13 @@ class Catalog:
             self.entries[node.path] = Entry(node.path, node, kind)
             if kind == "blob":
                 parent.frames.append(node.path)
+        numbered = all(any(char.isdigit() for char in path.rpartition("/")[2]) for path in parent.frames)
+        if len(parent.frames) < _MIN_FRAMES or not numbered:
+            parent.frames = []  # blobs of their own, listed in the tree
+            return
         parent.frames.sort(key=lambda path: _natural(path.rpartition("/")[2]))
-        if len(parent.frames) >= _MIN_FRAMES:
-            for position, path in enumerate(parent.frames):
-                self.entries[path].frame_of = (parent.path, position)
+        for position, path in enumerate(parent.frames):
+            self.entries[path].frame_of = (parent.path, position)
 
     def entry(self, path: str) -> Entry:
         """The node at ``path``; :class:`NodeNotFound` for anything else (the one check
@@ -120,7 +124,7 @@ class Catalog:
     def _tree_of(self, entry: Entry) -> dict[str, Any]:
         group = entry.node
         assert isinstance(group, Group)
-        timeline = len(entry.frames) >= _MIN_FRAMES
+        timeline = bool(entry.frames)
         members: list[dict[str, Any]] = []
         for name in group.members():
             path = f"{entry.path}/{name}" if entry.path else name
@@ -159,7 +163,7 @@ class Catalog:
             document["zarr_format"] = node.zarr_format
             kinds = [self.entries[f"{path}/{name}" if path else name].kind for name in node.members()]
             document["members"] = {kind: kinds.count(kind) for kind in ("group", "array", "blob")}
-            if len(entry.frames) >= _MIN_FRAMES:
+            if entry.frames:
                 document["frames"] = entry.frames
                 # Whether the page asks for each frame's attributes as it shows it.
                 document["frame_attributes"] = any(self.entries[frame].node.attributes for frame in entry.frames)

@@ -129,6 +129,9 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
+        self._closed = False
+        self._tree_json: bytes | None = None
+        self._tree_lock = threading.Lock()
 
     @property
     def cookie(self) -> str:
@@ -193,17 +196,24 @@ class Server:
             raise web.HTTPNotFound(text="no such file")
         return web.Response(body=_resource(name), content_type=content_type, charset="utf-8")
 
+    def _tree_document(self) -> bytes:
+        """The tree and the facts of the archive, as JSON (made once: archives don't change)."""
+        with self._tree_lock:
+            if self._tree_json is None:
+                source = self.catalog.source
+                archive = source.archive
+                document = {
+                    "name": source.name,
+                    "archive": archive is not None,
+                    "file_size": archive.file_size if archive is not None else None,
+                    "checksums": archive.has_checksums if archive is not None else None,
+                    "tree": self.catalog.tree(),
+                }
+                self._tree_json = json.dumps(_safe(document), ensure_ascii=False).encode()
+            return self._tree_json
+
     async def _tree(self, request: web.Request) -> web.StreamResponse:
-        source = self.catalog.source
-        archive = source.archive
-        document = {
-            "name": source.name,
-            "archive": archive is not None,
-            "file_size": archive.file_size if archive is not None else None,
-            "checksums": archive.has_checksums if archive is not None else None,
-            "tree": self.catalog.tree(),
-        }
-        return _json(document)
+        return web.Response(body=await self._run(self._tree_document), content_type="application/json")
 
     async def _node(self, request: web.Request) -> web.StreamResponse:
         path = _node_path(request)
@@ -301,6 +311,10 @@ class Server:
         self._close_resources()
 
     def _close_resources(self) -> None:
+        # The reads in progress finish first (their scans are still running), then the rest.
+        if self._closed:
+            return
+        self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.frames.close()
         self.catalog.source.close()

@@ -149,10 +149,10 @@ def view(
     source = open_source(location, storage_options)
     try:
         server = Server(Catalog(source), host=host, port=port)
-        server.start()
     except BaseException:
         source.close()
         raise
+    server.start()  # closes the source if it can't listen
     viewer = Viewer(server)
     if open_browser:
         webbrowser.open(viewer.url)

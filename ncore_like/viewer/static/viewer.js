@@ -162,7 +162,7 @@ function treeItem(node) {
         event.target.textContent = li.classList.contains("collapsed") ? "▸" : "▾";
       },
     }),
-    el("a", { href: `#/${node.path}`, "data-path": node.path, "data-kind": node.kind, text: label }),
+    el("a", { href: hashOf(node.path), "data-path": node.path, "data-kind": node.kind, text: label }),
     meta ? el("span", { class: "meta", text: meta }) : null,
   );
   if (hasMembers) item.append(el("ul", {}, node.members.map(treeItem)));
@@ -656,10 +656,15 @@ function renderArray(details) {
 
 // -- navigation --------------------------------------------------------------------------
 
+// A node's address in the page: #/ and its path, each name percent-encoded.
+function hashOf(path) {
+  return `#/${path.split("/").map(encodeURIComponent).join("/")}`;
+}
+
 function pathFromHash() {
   const hash = location.hash.startsWith("#/") ? location.hash.slice(2) : "";
   try {
-    return decodeURIComponent(hash);
+    return hash.split("/").map(decodeURIComponent).join("/");
   } catch (_) {
     return hash;
   }
