@@ -61,11 +61,10 @@ class Frames:
 
     def _record_key(self, array: Array) -> str | None:
         """The record that is the blob itself (one raw chunk of an archive), if it is one."""
-        view = self._archive and array.view
-        if not view or view.unsupported is not None or view.blosc is not None:
+        view = array.view
+        if self._archive is None or view is None or view.unsupported is not None or view.blosc is not None:
             return None
         key = view.chunk_key((0,) * len(view.shape))
-        assert self._archive is not None
         record = self._archive.records.get(key)
         return key if record is not None and record.size == blob_size(array) else None
 
@@ -101,7 +100,7 @@ class Frames:
             if not isinstance(result, _NotRead):
                 self._read_ahead(entry)
                 return result
-            # The scan stopped at a damaged frame before this one: read it in a window of its own.
+            # The scan stopped before this frame (at a damaged one): read it in a window of its own.
 
     def _window(self, entry: Entry) -> list[tuple[str, str]]:
         """The frames from ``entry`` on that are neither in memory nor being read, up to the
