@@ -285,7 +285,7 @@ def unpack(payload: bytes) -> tuple[dict[str, Any], np.ndarray | None]:
     """A preview payload as the page reads it."""
     (length,) = struct.unpack_from("<I", payload)
     header = json.loads(payload[4 : 4 + length])
-    assert (4 + length) % 4 == 0
+    assert (4 + length) % 8 == 0
     if "dtype" not in header:
         return header, None
     values = np.frombuffer(payload[4 + length :], dtype=np.dtype(header["dtype"]).newbyteorder("<"))
@@ -304,6 +304,7 @@ def test_previews_carry_numpys_values_and_statistics(tmp_path: Path) -> None:
         root.create_array("series", series, chunks=(4096,))
         root.create_array("image", image)
         root.create_array("table", table, attributes={"fields": ["a", "b", "c"]})
+        root.create_array("timestamps", 1_700_000_000_000_000 + np.arange(100, dtype=np.int64) * 100_000)
         store.consolidate()
     root = IndexedTarZarrStore(path).open_root_group()
 
@@ -315,6 +316,10 @@ def test_previews_carry_numpys_values_and_statistics(tmp_path: Path) -> None:
     step = header["step"]
     expected_max = [np.nanmax(series[i : i + step]) for i in range(0, series.size, step)]
     np.testing.assert_allclose(values[1, :, 0], np.array(expected_max, dtype=np.float32))
+
+    # Microseconds since 1970 keep their steps of 0.1 s (float32 would round them to minutes).
+    header, values = unpack(preview(root.array("timestamps"), "series", 0, {}))
+    np.testing.assert_array_equal(values[0, :, 0], root.array("timestamps").read())
 
     header, values = unpack(preview(root.array("image"), "image", 0, {}))
     np.testing.assert_array_equal(values, image.astype(np.float32))

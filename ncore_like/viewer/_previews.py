@@ -4,9 +4,10 @@ form the page draws from.
 
 The page draws on a canvas; the server sends values, thinned to what a screen shows (at
 most a few thousand buckets of a series, a megapixel of an image, a quarter million points).
-A payload is ``[u32 header length][JSON header][padding to 4 bytes][values]``, the values
-little-endian ``float32`` (or ``uint8`` for colour images) in C order of the header's
-``shape``.
+A payload is ``[u32 header length][JSON header][padding to 8 bytes][values]``, the values
+little-endian in C order of the header's ``shape`` and of its ``dtype``: ``float64`` for
+series (timestamps in microseconds need its precision), ``float32`` for images and point
+clouds, ``uint8`` for colour images.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def _stats(values: np.ndarray) -> dict[str, Any]:
 def pack(header: Mapping[str, Any], values: np.ndarray | None = None) -> bytes:
     """A payload: the JSON header and the values (see the module's docstring)."""
     text = json.dumps(header, allow_nan=False).encode()
-    text += b" " * (-(len(text) + 4) % 4)
+    text += b" " * (-(len(text) + 4) % 8)  # the values start aligned for any typed array
     body = b"" if values is None else np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<")).tobytes()
     return struct.pack("<I", len(text)) + text + body
 
@@ -190,8 +191,8 @@ def preview(array: Array, view: str, index: int, attributes: Mapping[str, Any]) 
         header["step"] = step
         header["envelope"] = step > 1
         header["shape"] = list(thinned.shape)
-        header["dtype"] = "float32"
-        return pack(header, thinned.astype(np.float32))
+        header["dtype"] = "float64"
+        return pack(header, thinned)
     if view == "points":
         header["stats"] = _stats(values)
         header["column_stats"] = [_stats(values[:, i]) for i in range(values.shape[1])]

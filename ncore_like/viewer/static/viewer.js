@@ -134,7 +134,8 @@ async function fetchPreview(path, view, index) {
   const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 4, length)));
   const offset = 4 + length;
   let data = null;
-  if (header.dtype === "float32") data = new Float32Array(buffer, offset);
+  if (header.dtype === "float64") data = new Float64Array(buffer, offset);
+  else if (header.dtype === "float32") data = new Float32Array(buffer, offset);
   else if (header.dtype === "uint8") data = new Uint8Array(buffer, offset);
   return { header, data };
 }
@@ -460,14 +461,17 @@ function drawSeries(target, header, data, shown, labels) {
   }
   if (!Number.isFinite(low)) { low = 0; high = 1; }
   if (high === low) { high += 0.5; low -= 0.5; }
+  // Values far from zero next to their range (timestamps) are labelled from an offset.
+  const offset = Math.abs(low) > 1e4 * (high - low) ? low : 0;
   const total = rows * header.step;
   const x = (r) => left + ((r * header.step) / Math.max(1, total - 1)) * (W - left - right);
   const y = (v) => top + (1 - (v - low) / (high - low)) * (H - top - bottom);
   ctx.strokeStyle = "#dde1e5"; ctx.fillStyle = "#6b7075"; ctx.font = "11px sans-serif"; ctx.lineWidth = 1;
   for (const t of ticks(low, high)) {
     ctx.beginPath(); ctx.moveTo(left, y(t)); ctx.lineTo(W - right, y(t)); ctx.stroke();
-    ctx.textAlign = "right"; ctx.fillText(formatNumber(Number(t.toPrecision(6))), left - 4, y(t) + 4);
+    ctx.textAlign = "right"; ctx.fillText(formatNumber(Number((t - offset).toPrecision(6))), left - 4, y(t) + 4);
   }
+  if (offset) { ctx.textAlign = "left"; ctx.fillText(`values − ${offset}`, left + 4, top + 12); }
   ctx.textAlign = "center";
   for (const t of ticks(0, Math.max(1, total - 1 + header.rows[0]), 6)) {
     const r = (t - header.rows[0]) / header.step;
