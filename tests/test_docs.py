@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.docs_site import build_site
 from tests.support.zarr_version import ZARR_MAJOR
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,27 +166,7 @@ def test_skip_markers_are_exact() -> None:
 
 
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
-    mkdocs = Path(sys.executable).with_name("mkdocs")
-    completed = subprocess.run(
-        [
-            str(mkdocs),
-            "build",
-            "--strict",
-            "--clean",
-            "--config-file",
-            str(REPO / "mkdocs.yml"),
-            "--site-dir",
-            str(tmp_path / "site"),
-        ],
-        cwd=REPO,
-        # mkdocs-material announces its end of life in a banner that contains "WARNING";
-        # the variable named in that banner turns it off (build warnings still show).
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    completed = build_site(tmp_path / "site")
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
     assert "WARNING" not in output, output

@@ -8,7 +8,10 @@ found the tests that need one skip, saying so.
 Fixtures (loaded through ``tests.support.fixtures``):
 
 * ``chromium_path`` (session): the browser binary, or a skip with the reason;
-* ``browser`` (module): a launched headless Chromium (``playwright.sync_api.Browser``);
+* ``browser`` (module): a launched headless Chromium (``playwright.sync_api.Browser``),
+  stopped after the module's tests: while Playwright's sync API is up, it keeps an
+  asyncio loop marked as running in the main thread, so ``asyncio.run`` and the
+  library's blocking calls in later tests would fail as if called inside a loop;
 * ``page`` (function): a fresh page in a fresh context, closed after the test.
 """
 
@@ -58,9 +61,6 @@ def chromium_path() -> str:
 
 @pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Any]:
-    # One per test module, not per session: while Playwright's sync API is active its event
-    # loop counts as running on the main thread, and the asyncio tests of later modules
-    # (pytest-asyncio) would fail to start theirs.
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium_path, args=list(CHROMIUM_ARGS), headless=True)
