@@ -125,13 +125,39 @@ def frame_path(camera: str, index: int) -> str:
     return f"cameras/{camera}/{index:05d}"
 
 
+#: The screenshots for the docs: a narrow window (the docs site shows them on phones too,
+#: where a wider one would shrink its text below legibility), at twice the pixels.
+SCREENSHOT_VIEWPORT = {"width": 380, "height": 660}
+SCREENSHOT_SCALE = 2
+#: The viewer's smallest text, CSS pixels (viewer.css and the canvases' labels).
+SMALLEST_TEXT_CSS_PX = 12
+#: The PNG text key under which images of the docs record their smallest text's height in
+#: pixels (tests/test_docs_site.py checks it is legible as shown; as plot_performance.py).
+SMALLEST_TEXT_KEY = "Smallest text px"
+
+
 def save_screenshot(page: Any, name: str) -> None:
-    """Keeps a screenshot for the docs (docs/images/NAME.png), written only when it changed."""
+    """Keeps a screenshot for the docs (docs/images/NAME.png), with a margin of white around
+    a thin frame and its smallest text's height recorded; written only when it changed."""
+    from PIL.PngImagePlugin import PngInfo
+
+    # Nothing is wider than the narrow window: no sideways scrolling.
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= page.viewport_size["width"]
+
+    shot = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
+    margin, frame = 8 * SCREENSHOT_SCALE, SCREENSHOT_SCALE
+    framed = Image.new("RGB", (shot.width + 2 * margin, shot.height + 2 * margin), "white")
+    outline = (margin - frame, margin - frame, margin + shot.width + frame, margin + shot.height + frame)
+    framed.paste((221, 225, 229), outline)
+    framed.paste(shot, (margin, margin))
+    info = PngInfo()
+    info.add_text(SMALLEST_TEXT_KEY, f"{SMALLEST_TEXT_CSS_PX * SCREENSHOT_SCALE:.1f}")
+    buffer = io.BytesIO()
+    framed.save(buffer, format="PNG", pnginfo=info, optimize=True)
     DOCS_IMAGES.mkdir(exist_ok=True)
-    shot = page.screenshot()
     target = DOCS_IMAGES / f"{name}.png"
-    if not target.exists() or target.read_bytes() != shot:
-        target.write_bytes(shot)
+    if not target.exists() or target.read_bytes() != buffer.getvalue():
+        target.write_bytes(buffer.getvalue())
 
 
 # -- the page, on a local archive -------------------------------------------------------------
@@ -339,26 +365,29 @@ def test_png_webp_and_other_blobs_under_any_names(page: Any, tmp_path: Path) -> 
 
 
 def test_screenshots_of_the_demo_sequence_for_the_docs(browser: Any, sequence: Path) -> None:
-    context = browser.new_context(viewport={"width": 1200, "height": 760})
+    context = browser.new_context(viewport=SCREENSHOT_VIEWPORT, device_scale_factor=SCREENSHOT_SCALE)
     page = context.new_page()
     try:
         with view(sequence, open_browser=False) as viewer:
             open_view(page, viewer, "/cameras/front")
             page.click("#next")
             shown_frame(page, 1)
+            page.eval_on_selector("#details", "node => node.scrollIntoView({block: 'start'})")
             save_screenshot(page, "view-frames")
             page.goto(f"http://127.0.0.1:{viewer.port}/#/poses")
             page.wait_for_selector("#plot[data-drawn='3']")
+            page.eval_on_selector("#preview", "node => node.scrollIntoView({block: 'start'})")
             save_screenshot(page, "view-poses")
             page.goto(f"http://127.0.0.1:{viewer.port}/#/lidar/slab_000")
             page.wait_for_selector("#points[data-drawn]")
-            page.locator("#points").scroll_into_view_if_needed()
+            page.eval_on_selector("#preview", "node => node.scrollIntoView({block: 'start'})")
             save_screenshot(page, "view-lidar")
     finally:
         context.close()
     for name in ("view-frames", "view-poses", "view-lidar"):
         with Image.open(DOCS_IMAGES / f"{name}.png") as image:
-            assert image.size == (1200, 760)
+            margin = 8 * SCREENSHOT_SCALE
+            assert image.size == tuple(SCREENSHOT_SCALE * side + 2 * margin for side in SCREENSHOT_VIEWPORT.values())
 
 
 # -- the page, on the test S3 server, requests counted ------------------------------------------

@@ -428,25 +428,37 @@ function statsTable(header, labels) {
     header.column_stats.forEach((stats, i) => rows.push([labels[i] ?? String(i), stats]));
   }
   rows.push(["all", header.stats]);
-  return el(
+  return el("div", { class: "stats-box" }, el(
     "table",
     { class: "stats", id: "stats" },
     el("tr", {}, el("th", { text: "" }), names.map((name) => el("th", { text: name }))),
     rows.map(([label, stats]) => el("tr", {}, el("th", { text: label }), names.map((name) => el("td", { text: name in stats ? formatNumber(stats[name]) : "–" })))),
-  );
+  ));
 }
 
+// A canvas of width x height CSS pixels, backed by as many pixels as the screen has there
+// (sharp lines and text on high-density screens).
 function canvas(id, width, height, className = "") {
   const node = el("canvas", { id, class: className });
-  node.width = width;
-  node.height = height;
+  const ratio = window.devicePixelRatio || 1;
+  node.width = Math.round(width * ratio);
+  node.height = Math.round(height * ratio);
+  node.style.width = `${width}px`;
+  node.dataset.ratio = String(ratio);
   return node;
+}
+
+// The canvas's 2-D context drawing in CSS pixels, with its size in CSS pixels and its ratio.
+function surface(target) {
+  const ratio = Number(target.dataset.ratio || 1);
+  const ctx = target.getContext("2d");
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  return { ctx, W: target.width / ratio, H: target.height / ratio, ratio };
 }
 
 // A line plot of the chosen columns of (rows, k) values (or their per-bucket min and max).
 function drawSeries(target, header, data, shown, labels) {
-  const ctx = target.getContext("2d");
-  const W = target.width, H = target.height;
+  const { ctx, W, H } = surface(target);
   const left = 64, right = 12, top = 12, bottom = 28;
   ctx.clearRect(0, 0, W, H);
   const [layers, rows, k] = header.shape;
@@ -466,7 +478,7 @@ function drawSeries(target, header, data, shown, labels) {
   const total = rows * header.step;
   const x = (r) => left + ((r * header.step) / Math.max(1, total - 1)) * (W - left - right);
   const y = (v) => top + (1 - (v - low) / (high - low)) * (H - top - bottom);
-  ctx.strokeStyle = "#dde1e5"; ctx.fillStyle = "#6b7075"; ctx.font = "11px sans-serif"; ctx.lineWidth = 1;
+  ctx.strokeStyle = "#dde1e5"; ctx.fillStyle = "#6b7075"; ctx.font = "12px sans-serif"; ctx.lineWidth = 1;
   for (const t of ticks(low, high)) {
     ctx.beginPath(); ctx.moveTo(left, y(t)); ctx.lineTo(W - right, y(t)); ctx.stroke();
     ctx.textAlign = "right"; ctx.fillText(formatNumber(Number((t - offset).toPrecision(6))), left - 4, y(t) + 4);
@@ -527,8 +539,8 @@ function drawImage(target, header, data) {
 
 // Points from above: x to the right, y up, equal scales, coloured by one column.
 function drawPoints(target, header, data, colour) {
-  const ctx = target.getContext("2d");
-  const W = target.width, H = target.height;
+  const { ctx, W, H, ratio } = surface(target);
+  const DW = target.width; // the pixels are set in the canvas's own pixels
   const [count, k] = header.shape;
   const [x0, x1] = percentiles(data, k, 0, count, [0.005, 0.995]);
   const [y0, y1] = percentiles(data, k, 1, count, [0.005, 0.995]);
@@ -536,19 +548,20 @@ function drawPoints(target, header, data, colour) {
   const margin = 16;
   const scale = Math.min((W - 2 * margin) / Math.max(x1 - x0, 1e-9), (H - 2 * margin - 24) / Math.max(y1 - y0, 1e-9));
   const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;
-  const image = ctx.createImageData(W, H);
+  const image = ctx.createImageData(target.width, target.height);
   const out = image.data;
   for (let i = 0; i < out.length; i += 4) { out[i] = 17; out[i + 1] = 17; out[i + 2] = 17; out[i + 3] = 255; }
   let drawn = 0;
-  const dot = count < 50000 ? 2 : 1; // sparse clouds in dots of 2x2 pixels
+  const dot = Math.max(1, Math.round((count < 50000 ? 2 : 1) * ratio)); // sparse clouds in dots of 2x2
+  const plotBottom = (H - 24) * ratio - dot;
   for (let i = 0; i < count; i++) {
-    const px = Math.round(W / 2 + (data[i * k] - cx) * scale);
-    const py = Math.round((H - 24) / 2 - (data[i * k + 1] - cy) * scale);
-    if (!(px >= 0 && px < W && py >= 0 && py < H - 24 - dot)) continue;
+    const px = Math.round((W / 2 + (data[i * k] - cx) * scale) * ratio);
+    const py = Math.round(((H - 24) / 2 - (data[i * k + 1] - cy) * scale) * ratio);
+    if (!(px >= 0 && px < DW && py >= 0 && py < plotBottom)) continue;
     const [r, g, b] = viridis((data[i * k + colour] - c0) / (c1 > c0 ? c1 - c0 : 1));
     for (let dy = 0; dy < dot; dy++) {
-      for (let dx = 0; dx < dot && px + dx < W; dx++) {
-        const o = 4 * ((py + dy) * W + px + dx);
+      for (let dx = 0; dx < dot && px + dx < DW; dx++) {
+        const o = 4 * ((py + dy) * DW + px + dx);
         out[o] = r; out[o + 1] = g; out[o + 2] = b;
       }
     }
@@ -556,13 +569,13 @@ function drawPoints(target, header, data, colour) {
   }
   ctx.putImageData(image, 0, 0);
   // The colour bar of the column, and a scale bar of a round length.
-  const barLeft = W - 220, barWidth = 160;
+  const barWidth = Math.min(160, W / 3), barLeft = W - barWidth - 40;
   for (let x = 0; x < barWidth; x++) {
     const [r, g, b] = viridis(x / (barWidth - 1));
     ctx.fillStyle = `rgb(${r},${g},${b})`;
     ctx.fillRect(barLeft + x, H - 16, 1, 8);
   }
-  ctx.fillStyle = "#ddd"; ctx.font = "11px sans-serif";
+  ctx.fillStyle = "#ddd"; ctx.font = "12px sans-serif";
   ctx.textAlign = "right"; ctx.fillText(formatNumber(Number(c0.toPrecision(4))), barLeft - 4, H - 8);
   ctx.textAlign = "left"; ctx.fillText(formatNumber(Number(c1.toPrecision(4))), barLeft + barWidth + 4, H - 8);
   const target_ = (W / 5) / scale;
@@ -604,6 +617,7 @@ function renderArray(details) {
     if (ticket !== loading) return;
     const { header, data } = result;
     const parts = [];
+    const room = Math.max(0, body.clientWidth - 2) || 900; // canvases are drawn at the size they are shown
     if (lead.length && count > 1) {
       const slider = el("input", { type: "range", id: "index-slider", min: 0, max: count - 1, value: index, "aria-label": "index" });
       slider.addEventListener("change", () => { index = Number(slider.value); load(); });
@@ -621,7 +635,7 @@ function renderArray(details) {
     } else if (view === "series" || view === "columns") {
       const labels = plan.views[view].columns || ["value"];
       let shown = view === "series" ? [0] : plan.views[view].shown.slice();
-      const plot = canvas("plot", 900, 320);
+      const plot = canvas("plot", Math.min(900, room), 320);
       const legend = el("div", { class: "columns", id: "columns" });
       const redraw = () => {
         drawSeries(plot, header, data, shown, labels);
@@ -639,7 +653,8 @@ function renderArray(details) {
     } else if (view === "points") {
       const labels = plan.views.points.columns;
       let colour = plan.views.points.colour;
-      const plot = canvas("points", 640, 480, "dark");
+      const side = Math.min(640, room);
+      const plot = canvas("points", side, Math.round(side * 0.75), "dark");
       const select = el("select", { id: "colour-column" }, labels.map((name, c) => el("option", { value: c, text: name, selected: c === colour })));
       select.addEventListener("change", () => { colour = Number(select.value); drawPoints(plot, header, data, colour); });
       parts.push(el("div", { class: "controls" }, el("span", { class: "muted", text: `${header.shape[0]} points${header.step > 1 ? ` (every ${header.step}th)` : ""}, from above, coloured by` }), select));
