@@ -141,8 +141,9 @@ def save_screenshot(page: Any, name: str) -> None:
     a thin frame and its smallest text's height recorded; written only when it changed."""
     from PIL.PngImagePlugin import PngInfo
 
-    # Nothing is wider than the narrow window: no sideways scrolling.
+    # Nothing is wider than the narrow window: no sideways scrolling of the page or the panel.
     assert page.evaluate("() => document.documentElement.scrollWidth") <= page.viewport_size["width"]
+    assert page.eval_on_selector("#main", "main => main.scrollWidth - main.clientWidth") <= 0
 
     shot = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
     margin, frame = 8 * SCREENSHOT_SCALE, SCREENSHOT_SCALE
