@@ -30,6 +30,7 @@ from ncore_like import (
     Record,
     RecordExistsError,
 )
+from tests.support.archives import FOREIGN_MESSAGES, foreign_files
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncore-19.8.3"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -287,6 +288,25 @@ def test_bad_files_raise_clear_errors(
     with pytest.raises(ArchiveFormatError, match=message) as raised:
         IndexedTarArchive(path, index_tail_read_size=tail)
     assert str(path) in str(raised.value)
+
+
+@pytest.mark.parametrize("tail", [None, 1 << 20])
+def test_foreign_files_say_what_they_are(tmp_path: Path, tail: int | None) -> None:
+    for kind, path in foreign_files(tmp_path).items():
+        with pytest.raises(ArchiveFormatError, match=FOREIGN_MESSAGES[kind]) as raised:
+            IndexedTarArchive(path, index_tail_read_size=tail)
+        assert raised.value.archive == str(path) and "truncated" not in str(raised.value)
+        with pytest.raises(ArchiveFormatError, match=FOREIGN_MESSAGES[kind]):
+            asyncio.run(IndexedTarArchive.open_async(path, index_tail_read_size=tail))
+    # An archive cut short inside its records stays "truncated, or not closed".
+    archive = tmp_path / "cut.itar"
+    with IndexedTarArchive(archive, "w") as writer:
+        writer["a"] = b"x" * 5000
+        writer["b"] = bytes(5000)
+    cut = tmp_path / "cut-short.itar"
+    cut.write_bytes(archive.read_bytes()[:7000])
+    with pytest.raises(ArchiveFormatError, match="truncated, or not closed when it was written"):
+        IndexedTarArchive(cut)
 
 
 def test_missing_path_and_directory(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from upath import UPath
 
 from ncore_like import ArchiveFormatError, IndexedTarArchive
+from tests.support.archives import FOREIGN_MESSAGES, foreign_files
 from tests.support.fixtures import HttpRoot
 from tests.support.servers import ServerProcess, max_in_flight, start_http
 
@@ -124,12 +125,20 @@ async def test_s3_read_async_and_open_async(
     assert len(logged) == len(keys) and all(r["method"] == "GET" and r["range"] for r in logged)
 
 
-def test_s3_missing_and_bad_objects(s3_bucket: UPath) -> None:
+def test_s3_missing_and_bad_objects(s3_bucket: UPath, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         IndexedTarArchive(s3_bucket / "missing.itar")
     (s3_bucket / "junk.itar").write_bytes(os.urandom(3000))
     with pytest.raises(ArchiveFormatError, match=r"s3://.*junk\.itar: not an indexed tar archive"):
         IndexedTarArchive(s3_bucket / "junk.itar")
+    # Files that are no archives say what they are, also when their first block lies outside
+    # the tail read (a second request, made only on this error path).
+    for kind, path in foreign_files(tmp_path).items():
+        (s3_bucket / path.name).write_bytes(path.read_bytes())
+        with pytest.raises(ArchiveFormatError, match=FOREIGN_MESSAGES[kind]):
+            IndexedTarArchive(s3_bucket / path.name)
+        with pytest.raises(ArchiveFormatError, match=FOREIGN_MESSAGES[kind]):
+            asyncio.run(IndexedTarArchive.open_async(s3_bucket / path.name, index_tail_read_size=None))
     (s3_bucket / "empty.itar").write_bytes(b"")
     with pytest.raises(ArchiveFormatError, match=r"empty\.itar: empty file"):
         IndexedTarArchive(s3_bucket / "empty.itar")

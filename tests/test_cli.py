@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
 import warnings
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from ncore_like.backend import is_blob
 from ncore_like.cli import main, render_tree
 from ncore_like.store import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
 from tests.support import zarr_api
-from tests.support.archives import rewrite_index
+from tests.support.archives import FOREIGN_MESSAGES, foreign_files, rewrite_index
 from tests.support.zarr_version import zarr3_only
 
 REPO = Path(__file__).resolve().parent.parent
@@ -480,6 +482,60 @@ def test_pack_zarr_store_url(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         fsspec.filesystem("memory").rm(f"/cli-test-{tmp_path.name}", recursive=True)
 
 
+def test_pack_and_read_through_chained_urls(
+    tmp_path: Path, local_archive: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hierarchy inside a real zip file (Python's zipfile) packs from fsspec's chained URL;
+    an archive inside a zip, or behind a cache, reads as one. fsspec's tar filesystem, which
+    garbles concurrent reads, is refused with a way out."""
+    directory = tmp_path / "hierarchy.zarr"
+    write_zarr_hierarchy(zarr_api.directory_store(directory))
+    bundle = tmp_path / "plain.zip"
+    with zipfile.ZipFile(bundle, "w") as archive_file:
+        for file in sorted(directory.rglob("*")):
+            archive_file.write(file, file.relative_to(tmp_path).as_posix())
+    plain = tmp_path / "plain.tar"
+    subprocess.run(["tar", "-cf", str(plain), "-C", str(tmp_path), "hierarchy.zarr"], check=True)
+    source = ZarrStoreAdapter(zarr_api.directory_store(directory, read_only=True)).open_root_group(consolidated=False)
+    for extra in ([], ["--zarr-format", "2", "--compression", "zstd:1"]):  # records copied; re-encoded
+        code, out, err = cli(capsys, "pack", f"zip://hierarchy.zarr::{bundle}", str(tmp_path / "zip.itar"), *extra)
+        assert code == 0 and ("codecs kept" in out) is not bool(extra), err
+        packed_store, packed = opened(tmp_path / "zip.itar")
+        with packed_store:
+            assert_same_hierarchy(source, packed)
+            if not extra:
+                assert packed_store.archive["sub/zstd/0"] == (directory / "sub/zstd/0").read_bytes()
+        (tmp_path / "zip.itar").unlink()
+    for command in (
+        ["pack", f"tar://hierarchy.zarr::{plain}", str(tmp_path / "tar.itar")],
+        ["ls", f"tar://x::{plain}"],
+        ["ls", f"tar::file://{plain}"],
+    ):
+        code, _, err = cli(capsys, *command)
+        assert code == 1 and "tar://" in err and "garble" in err and "tar -xf" in err, err
+    assert not any(tmp_path.glob("tar.itar*"))
+
+    # The zip's top holds no hierarchy: the message says what it holds instead.
+    code, _, err = cli(capsys, "pack", f"zip://::{bundle}", str(tmp_path / "top.itar"))
+    assert code == 1 and "no zarr hierarchy at its top" in err and "holds hierarchy.zarr" in err
+    code, _, err = cli(capsys, "pack", f"zip://missing.zarr::{bundle}", str(tmp_path / "missing.itar"))
+    assert code == 1 and "zip://missing.zarr" in err and "No such file" in err
+    code, _, err = cli(capsys, "pack", f"zip://hierarchy.zarr::{plain}", str(tmp_path / "notzip.itar"))
+    assert code == 1 and "can't be opened (BadZipFile" in err and "Traceback" not in err
+    assert not any(tmp_path.glob("top.itar*")) and not any(tmp_path.glob("missing.itar*"))
+
+    # An archive as a member of a zip, and behind fsspec's whole-file cache.
+    with zipfile.ZipFile(tmp_path / "archives.zip", "w") as archive_file:
+        archive_file.write(local_archive, "seq.itar")
+    for url in (f"zip://seq.itar::{tmp_path / 'archives.zip'}", f"simplecache::file://{local_archive}"):
+        code, out, err = cli(capsys, "verify", url)
+        assert code == 0 and "OK" in out, err
+        chained_store, chained = opened(UPath(url))
+        with chained_store:
+            points = chained.array("lidar/points").read()
+        np.testing.assert_array_equal(points, np.arange(400, dtype=np.float32).reshape(100, 4))
+
+
 def test_pack_failure_leaves_no_archive(
     local_archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -680,6 +736,12 @@ def test_bad_archives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     junk.write_bytes(b"x" * 3000)
     code, _, err = cli(capsys, "info", str(junk))
     assert code == 1 and str(junk) in err and "not an indexed tar archive" in err
+    # Plain tar, zip and compressed files: every command says what the file is and what to do.
+    for kind, path in foreign_files(tmp_path / "foreign").items():
+        for command in ("info", "ls", "verify", "tree", "pack"):
+            code, out, err = cli(capsys, command, str(path), *([str(tmp_path / "p.itar")] if command == "pack" else []))
+            assert code == 1 and out == "" and re.search(FOREIGN_MESSAGES[kind], err), (command, err)
+            assert err.count(str(path)) == 1 + ("zip://FOLDER::" in err), err  # named once (and in the advice)
 
     raw = tmp_path / "raw.itar"
     with IndexedTarArchive(raw, "w") as writer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import math
 import threading
 from pathlib import Path
@@ -113,6 +114,48 @@ def test_encoded_records_are_what_zarr_python_writes(
     expected = {chunk_key(empty.zarr, coords): record for coords, record in encoded.chunk_records.items()}
     assert stored == expected
     assert encoded.shape == data.shape and encoded.chunks == tuple(empty.chunks)
+
+
+@pytest.mark.parametrize("zarr_format", FORMATS)
+def test_dimension_names_are_written_where_zarr_python_and_xarray_look(tmp_path: Path, zarr_format: int) -> None:
+    names = ("time", "point") if zarr_format == 2 else ("time", None)
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with new_store(tmp_path) as store:
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        created = root.create_array("a", values, attributes={"units": "m"}, dimension_names=names)
+        encoded = EncodedArray.encode(values, zarr_format=zarr_format)  # type: ignore[arg-type]
+        root.create_encoded_array("b", encoded, dimension_names=names)
+        root.create_empty_array("c", shape=(3, 4), dtype="f4", chunks=(3, 4), dimension_names=names)
+        assert created.dimension_names == names
+        for wrong in (("time",), ("time", 3), "ab"):
+            with pytest.raises(ValueError, match="dimension_names must hold"):
+                root.create_array("d", values, dimension_names=wrong)  # type: ignore[arg-type]
+        if zarr_format == 2:
+            with pytest.raises(ValueError, match="a string per dimension"):
+                root.create_array("d", values, dimension_names=("time", None))
+        store.consolidate()
+    archive = IndexedTarArchive(tmp_path / "a.itar")
+    if zarr_format == 3:
+        # Byte for byte the zarr.json zarr-python writes for the same array.
+        from zarr.codecs import BloscCodec
+
+        records: dict[str, Any] = {}
+        blosc = BloscCodec(typesize=4, cname="lz4", clevel=5, shuffle="bitshuffle", blocksize=0)  # the default
+        zarr.create_array(
+            zarr_api.dict_store(records), shape=(3, 4), dtype="float32", chunks=(3, 4), dimension_names=names,
+            compressors=blosc, zarr_format=3, attributes={"units": "m"},
+        )  # fmt: skip
+        assert archive["a/zarr.json"] == zarr_api.record_bytes(records["zarr.json"])
+    else:
+        # xarray's attribute, as xarray writes it.
+        assert json.loads(archive["a/.zattrs"]) == {"units": "m", "_ARRAY_DIMENSIONS": ["time", "point"]}
+    root = reopen(tmp_path)
+    for name in "abc":
+        array = root.array(name)
+        assert array.dimension_names == names, name
+        document = zarr_api.metadata_document(array.zarr)
+        stored = document.get("dimension_names") or document["attributes"]["_ARRAY_DIMENSIONS"]
+        assert tuple(stored) == names
 
 
 def test_encode_resolves_chunks_and_converts_dtype() -> None:

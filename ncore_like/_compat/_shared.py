@@ -13,7 +13,15 @@ from typing import Any, Literal
 
 from ..errors import NcoreLikeError, NodeMetadataError
 
-__all__ = ["JSON_INDENT", "StorePrimitives", "checked_format", "encode_json", "group_records_v2", "parsing"]
+__all__ = [
+    "JSON_INDENT",
+    "StorePrimitives",
+    "checked_format",
+    "encode_json",
+    "group_records_v2",
+    "json_document",
+    "parsing",
+]
 
 #: zarr-python 3's default indent of node metadata JSON (its ``json_indent`` setting).
 JSON_INDENT = 2
@@ -22,6 +30,19 @@ JSON_INDENT = 2
 def encode_json(document: Any, indent: int | None = JSON_INDENT) -> bytes:
     """A node metadata document as zarr-python 3 serialises it."""
     return json.dumps(document, allow_nan=True, indent=indent).encode()
+
+
+def json_document(document: Any) -> Any:
+    """A metadata document (zarr-python's ``to_dict()``, with tuples and numpy scalars) as
+    JSON decodes it: lists, plain numbers and strings."""
+
+    def plain(value: Any) -> Any:
+        item = getattr(value, "item", None)  # numpy scalars
+        if item is not None:
+            return item()
+        raise TypeError(f"{type(value).__name__} in node metadata")
+
+    return json.loads(json.dumps(document, allow_nan=True, default=plain))
 
 
 def group_records_v2(attributes: dict[str, Any], indent: int | None = JSON_INDENT) -> dict[str, bytes]:

@@ -10,7 +10,7 @@ written under either version are byte-identical.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any, Literal, NamedTuple, TypeAlias
 
@@ -23,7 +23,7 @@ from zarr.meta import Metadata2
 
 from .._lru import LRUCache, process_cache
 from ..errors import ReadOnlyError
-from ._shared import StorePrimitives, checked_format, encode_json, group_records_v2, parsing
+from ._shared import StorePrimitives, checked_format, encode_json, group_records_v2, json_document, parsing
 
 __all__ = [
     "ZARR_FORMATS",
@@ -35,6 +35,7 @@ __all__ = [
     "ZarrGroup",
     "ZarrNode",
     "ZarrStore",
+    "array_document",
     "array_from_document",
     "array_zarr_format",
     "blosc_compressor",
@@ -222,9 +223,10 @@ def local_store(path: str, *, read_only: bool) -> ZarrStore:
     return _ReadOnlyStore(store) if read_only else store
 
 
-def fsspec_store(url: str, storage_options: Mapping[str, Any], *, read_only: bool) -> ZarrStore:
-    """zarr-python's store of an fsspec URL (a prefix of many keys)."""
-    return zarr.storage.FSStore(url, mode="r" if read_only else "w", **dict(storage_options))
+def fsspec_store(fs: Any, path: str, *, read_only: bool) -> ZarrStore:
+    """zarr-python's store of the keys under ``path`` of an fsspec filesystem (e.g. a
+    ``UPath``'s, with its storage options; chained URLs included)."""
+    return zarr.storage.FSStore(path, fs=fs, mode="r" if read_only else "w")
 
 
 def store_read_only(store: ZarrStore) -> bool:
@@ -410,10 +412,14 @@ def array_metadata_records(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """The ``.zarray`` and ``.zattrs`` records of an array, byte for byte as zarr-python 3
-    writes them, and the node's metadata document (``.zarray`` plus ``"attributes"``)."""
+    writes them, and the node's metadata document (``.zarray`` plus ``"attributes"``).
+    ``dimension_names`` are zarr format 3's (format 2 has none: ValueError)."""
     check_zarr_format(zarr_format)
+    if dimension_names is not None:
+        raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
     template = _array_template(shape, dtype, chunks, blosc, fill_value)
     attributes = dict(attributes or {})
     return {".zarray": template.zarray, ".zattrs": encode_json(attributes)}, {
@@ -441,6 +447,7 @@ def write_array_metadata(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Writes the node metadata records of a new array ``name`` (a direct member: no ``/``)
     of ``group`` and returns its path and metadata document.
@@ -452,8 +459,9 @@ def write_array_metadata(
     path = f"{group.path}/{name}" if group.path else name
     _refuse_existing_node(store, path)
     records, document = array_metadata_records(
-        2, shape=shape, dtype=np.dtype(dtype), chunks=chunks, blosc=blosc, fill_value=fill_value, attributes=attributes
-    )
+        2, shape=shape, dtype=np.dtype(dtype), chunks=chunks, blosc=blosc, fill_value=fill_value, attributes=attributes,
+        dimension_names=dimension_names,
+    )  # fmt: skip
     for record_name, data in records.items():
         write_record(store, f"{path}/{record_name}", data)
     return path, document
@@ -555,6 +563,15 @@ def blosc_compressor(array: ZarrArray) -> Blosc | Literal["other"] | None:
     if compressor is None:
         return None
     return compressor if isinstance(compressor, numcodecs.Blosc) else "other"
+
+
+def array_document(array: ZarrArray) -> dict[str, Any]:
+    """The array's metadata document as JSON holds it (``.zarray`` plus ``"attributes"``),
+    the form views of node metadata have."""
+    prefix = f"{array.path}/" if array.path else ""
+    zarray = json.loads(read_record(array.store, prefix + ".zarray") or b"{}")
+    document: dict[str, Any] = json_document({**zarray, "attributes": array.attrs.asdict()})
+    return document
 
 
 def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import numcodecs
@@ -24,7 +24,7 @@ from zarr.storage import FsspecStore, LocalStore, StorePath
 
 from .._concurrency import sync
 from .._lru import LRUCache, process_cache
-from ._shared import StorePrimitives, checked_format, parsing
+from ._shared import StorePrimitives, checked_format, json_document, parsing
 
 __all__ = [
     "ZARR_FORMATS",
@@ -36,6 +36,7 @@ __all__ = [
     "ZarrGroup",
     "ZarrNode",
     "ZarrStore",
+    "array_document",
     "array_from_document",
     "array_zarr_format",
     "blosc_compressor",
@@ -101,7 +102,11 @@ class SyncZarrStore(ZarrStore, StorePrimitives):
             data = None if bounds is None else self.read_range(key, *bounds)
         return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
-    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+    async def get(
+        self, key: str, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        # The prototype is optional, as for zarr-python's own stores (xarray, for one, leaves it out).
+        prototype = prototype or default_buffer_prototype()
         if byte_range is None:
             data = await self.read_value_async(key)
         else:
@@ -195,9 +200,11 @@ def local_store(path: str, *, read_only: bool) -> ZarrStore:
     return LocalStore(path, read_only=read_only)
 
 
-def fsspec_store(url: str, storage_options: Mapping[str, Any], *, read_only: bool) -> ZarrStore:
-    """zarr-python's store of an fsspec URL (a prefix of many keys)."""
-    return FsspecStore.from_url(url, storage_options=dict(storage_options), read_only=read_only)
+def fsspec_store(fs: Any, path: str, *, read_only: bool) -> ZarrStore:
+    """zarr-python's store of the keys under ``path`` of an fsspec filesystem (e.g. a
+    ``UPath``'s, which has the storage options, chained URLs such as ``zip://a.zarr::b.zip``
+    included: zarr-python's ``from_url`` would take the chain apart a second time)."""
+    return FsspecStore.from_mapper(fs.get_mapper(path), read_only=read_only)
 
 
 def byte_range_bounds(byte_range: ByteRequest | None, size: int) -> tuple[int, int]:
@@ -299,11 +306,12 @@ _templates: LRUCache[tuple[Any, ...], _ArrayTemplate] = process_cache(256)
 
 def _array_template(
     zarr_format: ZarrFormat, shape: tuple[int, ...], dtype: np.dtype[Any], chunks: tuple[int, ...], blosc: Blosc | None,
-    fill_value: Any,
+    fill_value: Any, dimension_names: tuple[str | None, ...] | None = None,
 ) -> _ArrayTemplate:  # fmt: skip
     fill_key = np.asarray(fill_value, dtype=dtype).tobytes() if fill_value is not None else None
     config = None if blosc is None else tuple(sorted(blosc.get_config().items()))
-    key = (zarr_format, shape, dtype, chunks, config, fill_key)  # dtypes compare by byte order too
+    # dtypes compare by byte order too
+    key = (zarr_format, shape, dtype, chunks, config, fill_key, dimension_names)
 
     def make() -> _ArrayTemplate:
         records: dict[str, Buffer] = {}
@@ -316,6 +324,7 @@ def _array_template(
             filters=None,
             fill_value=fill_value,
             zarr_format=zarr_format,
+            dimension_names=dimension_names,
         )
         if zarr_format == 3:
             return _ArrayTemplate(json.loads(records["zarr.json"].to_bytes()), None)
@@ -336,17 +345,21 @@ def array_metadata_records(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """The node metadata records of an array (by name within the node: ``zarr.json``, or
     ``.zarray`` and ``.zattrs``), byte for byte as zarr-python writes them, and the node's
-    metadata document (v2: ``.zarray`` plus ``"attributes"``).
+    metadata document (v2: ``.zarray`` plus ``"attributes"``). ``dimension_names``: zarr
+    format 3's (format 2 has none: ValueError).
 
     The codec chain is exactly one Blosc compressor (``blosc``) or none, with no filters, so
     chunk records are ``blosc(C-order bytes)`` (little-endian bytes in format 3). zarr-python
     builds the metadata once per shape, dtype, chunks, codecs and fill value; the attributes
     are serialised here the way it does (``json.dumps`` with its configured indent).
     """
-    template = _array_template(zarr_format, shape, dtype, chunks, blosc, fill_value)
+    if dimension_names is not None and zarr_format != 3:
+        raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
+    template = _array_template(zarr_format, shape, dtype, chunks, blosc, fill_value, dimension_names)
     attributes = dict(attributes or {})
     indent = zarr.config.get("json_indent")
     if zarr_format == 3:
@@ -395,6 +408,7 @@ def write_array_metadata(
     blosc: Blosc | None,
     fill_value: Any,
     attributes: dict[str, Any] | None,
+    dimension_names: tuple[str | None, ...] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Writes the node metadata records of a new array ``name`` (a direct member: no ``/``)
     of ``group`` and returns its path and metadata document (see
@@ -410,7 +424,7 @@ def write_array_metadata(
     _refuse_existing_node(store, path, zarr_format)
     records, document = array_metadata_records(
         zarr_format, shape=shape, dtype=np.dtype(dtype), chunks=chunks, blosc=blosc, fill_value=fill_value,
-        attributes=attributes,
+        attributes=attributes, dimension_names=dimension_names,
     )  # fmt: skip
     for record_name, data in records.items():
         write_record(store, f"{path}/{record_name}", data)
@@ -530,6 +544,13 @@ def blosc_compressor(array: ZarrArray) -> Blosc | Literal["other"] | None:
         shuffle = ("noshuffle", "shuffle", "bitshuffle").index(codec.shuffle.value)
         return numcodecs.Blosc(cname=codec.cname.value, clevel=codec.clevel, shuffle=shuffle, blocksize=codec.blocksize)
     return "other"
+
+
+def array_document(array: ZarrArray) -> dict[str, Any]:
+    """The array's metadata document as JSON holds it (v2: ``.zarray`` plus ``"attributes"``;
+    v3: ``zarr.json``), the form views of node metadata have."""
+    document: dict[str, Any] = json_document(array.metadata.to_dict())
+    return document
 
 
 def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:

@@ -7,7 +7,7 @@ import functools
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
@@ -29,6 +29,8 @@ from ._format import (
     Index,
     IndexHeader,
     decode_index,
+    foreign_file,
+    has_index_magic,
     is_node_metadata_key,
     unpack_index_header,
     validate_key,
@@ -202,7 +204,11 @@ class IndexedTarArchive:
         self._verify = self._is_remote if verify_checksums is None else bool(verify_checksums)
         try:
             tail, file_size = source.read_tail(self._tail_request_size())
-            header, index_data = self._accept_tail(tail, file_size)
+            try:
+                header, index_data = self._accept_tail(tail, file_size)
+            except ArchiveFormatError as error:
+                head = tail if self._holds_head(tail, file_size) else self._head_or_none(source.read)
+                raise self._foreign(head, tail, file_size) or error from None
             if index_data is None:
                 index_data = source.read(header.offset, header.size)
             self._load_index(index_data, header)
@@ -285,6 +291,26 @@ class IndexedTarArchive:
             start = header.offset - self._tail_start
             return header, tail[start : start + header.size]
         return header, None
+
+    @staticmethod
+    def _holds_head(tail: bytes, file_size: int | None) -> bool:
+        """True if the tail read holds the whole file (its first block too)."""
+        return file_size is not None and len(tail) >= file_size
+
+    @staticmethod
+    def _head_or_none(read: Callable[[int, int], bytes]) -> bytes:
+        try:
+            return read(0, BLOCK_SIZE)
+        except Exception:  # the error about the tail says enough
+            return b""
+
+    def _foreign(self, head: bytes, tail: bytes, file_size: int | None) -> ArchiveFormatError | None:
+        """For a file without an index header: the error saying what the file is instead (a
+        plain tar, a zip...) and what to do, None if it is none of those."""
+        if has_index_magic(tail):
+            return None  # an archive, damaged in another way
+        description = foreign_file(head, tail, file_size, self._name)
+        return None if description is None else ArchiveFormatError(description, archive=self._name)
 
     def _set_index(self, index: Index, positions: dict[str, int] | None = None) -> None:
         self._keys, self._offsets, self._sizes = index.keys, index.offsets, index.sizes
@@ -381,7 +407,16 @@ class IndexedTarArchive:
         archive._verify = True if verify_checksums is None else bool(verify_checksums)
         try:
             tail, file_size = await source.read_tail_async(archive._tail_request_size())
-            header, index_data = archive._accept_tail(tail, file_size)
+            try:
+                header, index_data = archive._accept_tail(tail, file_size)
+            except ArchiveFormatError as error:
+                head = tail
+                if not archive._holds_head(tail, file_size):
+                    try:
+                        head = await source.read_async(0, BLOCK_SIZE)
+                    except Exception:  # the error about the tail says enough
+                        head = b""
+                raise archive._foreign(head, tail, file_size) or error from None
             if index_data is None:
                 index_data = await source.read_async(header.offset, header.size)
             archive._load_index(index_data, header)

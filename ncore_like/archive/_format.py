@@ -50,6 +50,8 @@ __all__ = [
     "IndexHeader",
     "decode_index",
     "encode_index",
+    "foreign_file",
+    "has_index_magic",
     "header_checksum",
     "is_node_metadata_key",
     "member_header",
@@ -247,6 +249,49 @@ def unpack_index_header(block: bytes | memoryview, archive: str) -> IndexHeader:
         # Bounded, so that no sum of offsets and sizes below can overflow 64 bits.
         raise ArchiveFormatError(f"corrupt index header (index offset {offset})", archive=archive)
     return IndexHeader(index_type, offset, size)
+
+
+def has_index_magic(tail: bytes | memoryview) -> bool:
+    """True if the last block of ``tail`` starts like an index header."""
+    return len(tail) >= BLOCK_SIZE and bytes(tail[len(tail) - BLOCK_SIZE : len(tail) - BLOCK_SIZE + 4]) == INDEX_MAGIC
+
+
+#: Magic numbers at the start of compressed files, by the name of the compression.
+_COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2"}
+#: zip's end-of-central-directory record: in the last 22 bytes plus a comment of up to 64 KiB.
+_ZIP_END = b"PK\x05\x06"
+_ZIP_END_SPAN = 22 + 0xFFFF
+
+
+def foreign_file(head: bytes | memoryview, tail: bytes | memoryview, file_size: int | None, name: str) -> str | None:
+    """What a file that is no indexed tar archive is, and what to do with it, from its first
+    block (``head``), its last bytes (``tail``) and its size if known: a plain tar file, a
+    zip file, a compressed file; None if it is none of these (e.g. an archive whose writer
+    never closed it: a tar file without an end)."""
+    head, tail = bytes(head[:BLOCK_SIZE]), bytes(tail)
+    if head.startswith((b"PK\x03\x04", _ZIP_END)) or _ZIP_END in tail[-_ZIP_END_SPAN:]:
+        return (
+            f"a zip file, not an indexed tar archive; to pack the zarr hierarchy in it: "
+            f"ncore-like pack 'zip://FOLDER::{name}' OUT.itar (FOLDER: the hierarchy's folder in the zip, "
+            "empty for its top)"
+        )
+    for magic, compression in _COMPRESSED_MAGIC.items():
+        if head.startswith(magic):
+            return (
+                f"a {compression}-compressed file, not an indexed tar archive; decompress it (e.g. tar -xf for "
+                "a compressed tar file) and pack the zarr folder: ncore-like pack FOLDER OUT.itar"
+            )
+    # tar's end: two zero blocks (as far as the tail read shows), in a file of whole blocks (an
+    # archive cut short in a run of zeros is told apart where the size is known).
+    end = tail[-2 * BLOCK_SIZE :]
+    ends = len(end) >= BLOCK_SIZE and not any(end)
+    if head[257:262] == b"ustar" and ends and (file_size is None or file_size % BLOCK_SIZE == 0):
+        return (
+            "a plain tar file, not an indexed tar archive (no index follows its end-of-archive blocks: written "
+            "by tar, or an archive cut short before its index); unpack it (tar -xf) and pack the zarr folder: "
+            "ncore-like pack FOLDER OUT.itar"
+        )
+    return None
 
 
 @dataclass(frozen=True)

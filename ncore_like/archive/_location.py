@@ -51,6 +51,7 @@ class Location:
             from upath import UPath
 
             upath = location if isinstance(location, UPath) else UPath(location)
+            _refuse_unsafe_links(str(upath))
             local = upath.protocol in _LOCAL_PROTOCOLS
             self._upath = upath.absolute() if local else upath
             self.local = str(self._upath.path) if local else None
@@ -109,6 +110,22 @@ def _with_options(location: str | PurePath | UPath | Location, options: Mapping[
         remote: UPath = UPath(location, **options)
         return remote
     raise ValueError(f"{location}: storage options apply to URLs (s3://, https://...), not to local paths")
+
+
+#: fsspec filesystems that hand out wrong bytes under concurrent reads: the tar filesystem
+#: reads every member through one shared file object, and reads run on many threads.
+_UNSAFE_PROTOCOLS = frozenset({"tar"})
+
+
+def _refuse_unsafe_links(url: str) -> None:
+    """ValueError for URLs with a link (``tar://...::``) whose filesystem garbles concurrent reads."""
+    for link in url.split("::"):
+        protocol = link.partition("://")[0]  # a link of the protocol alone ("tar::...") is one too
+        if protocol in _UNSAFE_PROTOCOLS:
+            raise ValueError(
+                f"{url}: fsspec's {protocol}:// filesystem reads every member through one shared file, which "
+                f"concurrent reads garble; unpack the {protocol} file (tar -xf) and use its files"
+            )
 
 
 def _remote_location(url: str, storage_options: dict[str, Any]) -> Location:

@@ -226,8 +226,7 @@ class FsspecSource:
     def read_tail(self, size: int) -> tuple[bytes, int | None]:
         fs = self._filesystem()
         try:
-            # A suffix request needs no HEAD (the size is unknown until the header is decoded).
-            data = _retrying(lambda: bytes(fs.cat_file(self._path, start=-size)), self._name, "the tail")
+            data = _retrying(lambda: self._tail_once(fs, size), self._name, "the tail")
         except Exception as error:
             failure: BaseException = self._not_a_file(error)
             if failure is error:
@@ -236,6 +235,15 @@ class FsspecSource:
                 raise
             raise failure from error
         return data, (len(data) if len(data) < size else None)
+
+    def _tail_once(self, fs: Any, size: int) -> bytes:
+        if self.is_remote:
+            # A suffix request needs no HEAD (the size is unknown until the header is decoded).
+            return bytes(fs.cat_file(self._path, start=-size))
+        # Filesystems without requests (memory, zip members, chained caches such as
+        # simplecache::, whose files can't seek from the end) are asked for the size first.
+        file_size = int(fs.size(self._path))
+        return bytes(fs.cat_file(self._path, start=max(0, file_size - size), end=file_size))
 
     async def read_tail_async(self, size: int) -> tuple[bytes, int | None]:
         fs = self._filesystem()

@@ -5,19 +5,21 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
 
 from .._compat import chunk_key
-from ..archive import IndexedTarArchive
-from ..nodes import Array
-from ._common import CommandError, add_quiet_option, archive_store, close_matches, progress
-from ._hierarchy import blob_size, has_hierarchy, is_blob, open_root
+from ..archive import IndexedTarArchive, is_node_metadata_key
+from ..nodes import Array, Selection
+from ._common import CommandError, add_quiet_option, archive_store, close_matches, describe_error, progress
+from ._hierarchy import blob_size, has_hierarchy, is_blob, is_variable_length, open_root
 
-__all__ = ["register", "run"]
+__all__ = ["parse_selection", "register", "run"]
 
 #: Remote payloads and arrays larger than this are read in pieces of this size under a
 #: progress bar (one request, or one read of all chunks, would show nothing until the end).
@@ -33,11 +35,18 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         parents=parents,
         help="write the payload of a record (or a blob array) to standard output",
         description="Write the payload of one record, as stored (binary), to standard output. KEY may also be "
-        "the path of an array: a blob (e.g. an encoded image) is written as its bytes, any other array in "
-        "numpy's .npy format (redirect it to a file).",
+        "the path of an array, with a selection in brackets ('poses[10:20]', 'lidar/points[3, :2]', "
+        "'cameras/front[7]'): a blob (e.g. an encoded image) is written as its bytes, one element of a "
+        "variable-length bytes array as its bytes, any other array or selection in numpy's .npy format "
+        "(redirect it to a file).",
     )
     parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
-    parser.add_argument("key", metavar="KEY", help="key of a record (see 'ncore-like ls') or path of an array")
+    parser.add_argument(
+        "key",
+        metavar="KEY",
+        help="key of a record (see 'ncore-like ls') or path of an array, optionally with a selection: "
+        "ints, slices START:STOP:STEP and ... separated by commas, in brackets",
+    )
     add_quiet_option(parser)
     parser.set_defaults(run=run)
 
@@ -50,11 +59,17 @@ def run(args: argparse.Namespace) -> int:
         if key in archive:
             data = _record(archive, key, args.quiet)
         else:
-            array = _array(store, key.strip("/")) if has_hierarchy(archive) else None
+            path, selection = _split_selection(key, store.name)
+            array = _array(store, path.strip("/")) if has_hierarchy(archive) else None
             if array is None:
-                nearby = close_matches(key, archive.keys())
-                raise CommandError(f"{store.name}: no record or array {key!r}{nearby}")
-            data = _payload(array, archive, store.name, args.quiet)
+                keys = archive.keys()
+                nodes = {key.rpartition("/")[0] for key in keys if is_node_metadata_key(key)}
+                nearby = close_matches(path, [*keys, *sorted(nodes - {""})])
+                raise CommandError(f"{store.name}: no record or array {path!r}{nearby}")
+            if selection is None:
+                data = _payload(array, archive, store.name, args.quiet)
+            else:
+                data = _selected(array, selection, key, store.name)
     out = sys.stdout.buffer
     out.write(data)
     out.flush()
@@ -109,14 +124,95 @@ def _payload(array: Array, archive: IndexedTarArchive, name: str, quiet: bool) -
     if is_blob(array):
         key = _raw_blob_key(array, archive) if archive.is_remote and blob_size(array) > _PIECE_BYTES else None
         return array.read_bytes() if key is None else _record(archive, key, quiet)
+    if is_variable_length(array):
+        raise _no_single_form(array, math.prod(array.shape), name)
+    return _npy(_values(array, archive.is_remote, quiet), array, name)
+
+
+def _npy(values: np.ndarray[Any, Any], array: Array, name: str) -> bytes:
+    """Values in numpy's .npy format (refused on a terminal)."""
     if sys.stdout.isatty():
         raise CommandError(
             f"{name}: array {array.path!r} ({array.dtype}, shape {array.shape}) is no blob: its values come as "
             "numpy's .npy format; redirect the output to a file"
         )
     buffer = io.BytesIO()
-    np.save(buffer, _values(array, archive.is_remote, quiet), allow_pickle=False)
+    np.save(buffer, values, allow_pickle=False)
     return buffer.getvalue()
+
+
+def _no_single_form(array: Array, count: int, name: str) -> CommandError:
+    example = f"'{array.path}[{0 if array.ndim == 1 else ', '.join('0' * array.ndim)}]'"
+    return CommandError(
+        f"{name}: array {array.path!r} holds variable-length elements ({count} selected), which have no single "
+        f"binary form; cat one element, e.g. {example} (its bytes), or pack the archive with --bytes-as-blobs "
+        "(one blob per element)"
+    )
+
+
+def _split_selection(key: str, name: str) -> tuple[str, Selection | None]:
+    """``path[selection]`` as the path and the parsed selection (None without brackets)."""
+    if not key.endswith("]") or "[" not in key:
+        return key, None
+    path, _, inside = key[:-1].partition("[")
+    try:
+        return path, parse_selection(inside)
+    except ValueError as error:
+        raise CommandError(f"{name}: {key!r}: {error}") from None
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def parse_selection(text: str) -> tuple[int | slice | EllipsisType, ...]:
+    """A selection as written between brackets in Python (``3``, ``10:20``, ``::-1, 0``,
+    ``..., 2``): integers, slices and ``...`` separated by commas; parsed, never evaluated.
+
+    Raises:
+        ValueError: For anything else, saying what is accepted.
+    """
+    items = [item.strip() for item in text.split(",")]
+    if len(items) > 1 and not items[-1]:
+        items.pop()  # "3," is the tuple (3,)
+    selection: list[int | slice | EllipsisType] = []
+    for item in items:
+        if item == "...":
+            selection.append(Ellipsis)
+        elif _INTEGER.fullmatch(item):
+            selection.append(int(item))
+        elif ":" in item and item.count(":") <= 2:
+            parts = [part.strip() for part in item.split(":")]
+            if not all(not part or _INTEGER.fullmatch(part) for part in parts):
+                break
+            start, stop, step = (int(part) if part else None for part in [*parts, ""][:3])
+            if step == 0:
+                raise ValueError(f"slice {item!r} has a step of 0")
+            selection.append(slice(start, stop, step))
+        else:
+            break
+    else:
+        return tuple(selection)
+    raise ValueError(
+        f"selection [{text}] is not understood (integers, slices START:STOP:STEP and ... separated by commas, "
+        "e.g. [3], [10:20], [::2, 0])"
+    )
+
+
+def _selected(array: Array, selection: tuple[Any, ...], key: str, name: str) -> bytes:
+    """The bytes of a selection: a blob's bytes, one variable-length element's bytes, else
+    the values in numpy's .npy format."""
+    try:
+        values = array[selection]
+    except (IndexError, TypeError) as error:  # the array and the archive are named in it
+        raise CommandError(describe_error(error, name)) from error
+    if is_blob(array):
+        return bytes(np.ascontiguousarray(values).tobytes())
+    if is_variable_length(array):
+        if values.ndim:
+            raise _no_single_form(array, values.size, name)
+        element = values[()]
+        return element.encode() if isinstance(element, str) else bytes(element)
+    return _npy(values, array, name)
 
 
 def _values(array: Array, remote: bool, quiet: bool) -> np.ndarray[Any, Any]:

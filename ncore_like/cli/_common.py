@@ -51,8 +51,9 @@ __all__ = [
 #: files and failed requests OSErrors, missing records KeyErrors.
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (NcoreLikeError, OSError, ValueError, KeyError)
 
-# A URL scheme of two or more characters: a Windows drive letter ("C:\...") is a path.
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+# A URL scheme of two or more characters (a Windows drive letter, "C:\...", is a path), or
+# the first link of a chained URL ("simplecache::s3://...", "zip://a.zarr::b.zip").
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+(://|::)")
 
 
 class CommandError(Exception):

@@ -11,6 +11,7 @@ from ..archive import IndexedTarArchive
 from ..backend import is_blob as _is_blob
 from ..errors import ArchiveFormatError
 from ..nodes import Array, Group
+from ..nodes._compression import describe_codecs
 from ..store import IndexedTarZarrStore, Store
 from ._common import CommandError
 
@@ -21,6 +22,7 @@ __all__ = [
     "consolidated_keys",
     "has_hierarchy",
     "is_blob",
+    "is_variable_length",
     "open_root",
     "root_zarr_format",
     "walk",
@@ -108,12 +110,13 @@ def blob_size(array: Array) -> int:
 
 
 def compression_label(array: Array) -> str:
-    """How the chunks are compressed: ``blosc lz4/5/bitshuffle``, ``none``, or ``other``
-    (codecs or filters other than one Blosc compressor)."""
-    try:
-        compression = array.compression
-    except ValueError:
-        return "other"
-    if compression is None:
-        return "none"
-    return f"blosc {compression.cname}/{compression.clevel}/{compression.shuffle}"
+    """How the chunks are encoded: ``blosc lz4/5/bitshuffle``, ``none``, or the codec chain
+    (``zstd 3``, ``vlen-bytes + zstd 0``, ``delta + gzip 5``, ``crc32c``), from
+    :attr:`Array.codecs`."""
+    return describe_codecs(array.codecs)
+
+
+def is_variable_length(array: Array) -> bool:
+    """True for arrays of variable-length elements (zarr-python's ``vlen-bytes``,
+    ``vlen-utf8``...: an object or string dtype), whose size is unknown until read."""
+    return array.dtype.kind in "OT"

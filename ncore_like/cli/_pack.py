@@ -4,6 +4,7 @@ archive, by copying records verbatim or re-encoding every array on worker thread
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import errno
 import math
@@ -12,17 +13,18 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from .._compat import fsspec_store, local_store
 from .._concurrency import default_workers, ordered_map
 from ..archive import IndexedTarArchive, scan_records, verify_archive
-from ..archive._format import INDEX_MAGIC
 from ..nodes import Array, BloscCompression, EncodedArray, Group
+from ..nodes._compression import describe_codecs
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._common import (
+    EXPECTED_ERRORS,
     CommandError,
     Location,
     add_quiet_option,
@@ -33,7 +35,16 @@ from ._common import (
     progress,
     reporting,
 )
-from ._hierarchy import ROOT_METADATA_KEYS, has_hierarchy, is_blob, open_root, root_zarr_format, walk
+from ._convert import carried_over
+from ._hierarchy import (
+    ROOT_METADATA_KEYS,
+    has_hierarchy,
+    is_blob,
+    is_variable_length,
+    open_root,
+    root_zarr_format,
+    walk,
+)
 
 __all__ = ["register", "run"]
 
@@ -77,6 +88,13 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="keep (default: every array keeps its codecs, records are copied as they are), none, or Blosc "
         "CNAME[:LEVEL] such as lz4 or zstd:3 (re-encodes every array)",
     )
+    parser.add_argument(
+        "--bytes-as-blobs",
+        action="store_true",
+        help="store each element of a 1-d variable-length bytes array (e.g. one chunk of many encoded frames) as "
+        "a blob, one record each: array cameras/front becomes group cameras/front with blobs 00000, 00001... "
+        "(other arrays keep their records unless the format or compression changes)",
+    )
     parser.add_argument("--no-consolidate", action="store_true", help="don't write the consolidated metadata record")
     parser.add_argument(
         "--workers",
@@ -110,29 +128,38 @@ def _source_kind(source: Location) -> SourceKind:
             return "directory"
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name)
-        if _is_plain_tar(path):
-            raise CommandError(
-                f"{source.name}: a plain tar file without an index, not an indexed tar archive; unpack it "
-                "(tar -xf) and pack the folder of the zarr hierarchy"
-            )
-        return "archive"
+        return "archive"  # opening it says what a file that is no archive is (a plain tar, a zip...)
     if source.upath.name.endswith(".itar"):
         return "archive"
-    # One request tells an archive (a file) from a store (a prefix of many keys).
-    return "archive" if source.upath.is_file() else "store"
-
-
-def _is_plain_tar(path: Path) -> bool:
-    """True for tar files without an archive's index (ustar magic at the start, no index
-    header at the end)."""
     try:
-        with path.open("rb") as file:
-            head = file.read(512)
-            file.seek(-512, os.SEEK_END)
-            tail = file.read(512)
-    except OSError:
-        return False
-    return head[257:262] == b"ustar" and not tail.startswith(INDEX_MAGIC)
+        # One request tells an archive (a file) from a store (a prefix of many keys).
+        return "archive" if source.upath.is_file() else "store"
+    except EXPECTED_ERRORS:
+        raise
+    except Exception as error:  # the filesystem of a chained URL (zip::, tar::...) failed to open its file
+        raise CommandError(f"{source.name}: can't be opened ({type(error).__name__}: {error})") from error
+
+
+def _open_store_root(source: Location, store: Store) -> Group:
+    """The root group of a zarr store source; a CommandError saying what is there instead
+    when it holds no hierarchy at its top (e.g. the root of a zip file whose hierarchy is in
+    a folder)."""
+    try:
+        return store.open_root_group(consolidated="auto")
+    except FileNotFoundError as error:
+        try:
+            names = sorted(path.name for path in source.upath.iterdir())
+        except (FileNotFoundError, NotADirectoryError):  # universal-pathlib's answer for nothing there
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name) from error
+        except Exception:  # the listing is a hint; the error stands without it
+            raise error from None
+        if not names:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), source.name) from error
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        raise CommandError(
+            f"{source.name}: no zarr hierarchy at its top (no .zgroup or zarr.json); it holds {shown} "
+            "(name the folder of the hierarchy)"
+        ) from error
 
 
 def _source_store(source: Location, kind: SourceKind) -> Store:
@@ -141,7 +168,7 @@ def _source_store(source: Location, kind: SourceKind) -> Store:
     if kind == "directory":
         assert source.local is not None
         return ZarrStoreAdapter(local_store(source.local, read_only=True))
-    return ZarrStoreAdapter(fsspec_store(str(source.upath), source.upath.storage_options, read_only=True))
+    return ZarrStoreAdapter(fsspec_store(source.upath.fs, source.upath.path, read_only=True))
 
 
 def _remove(location: Location) -> None:
@@ -208,27 +235,87 @@ def _store_records(source: Store, keys: list[str], workers: int) -> Iterator[tup
 # -- re-encoding ---------------------------------------------------------------------------
 
 
+StepKind = Literal["group", "blob", "array", "copy", "split"]
+
+
 @dataclass(frozen=True)
 class _Step:
     """One node to recreate, in the order of the walk (parents first)."""
 
     node: Group | Array
-    kind: Literal["group", "blob", "array"]
+    kind: StepKind
+    """``copy``: the array's records verbatim; ``split``: a variable-length bytes array as a
+    group of blobs, one per element."""
     nbytes: int
     """Bytes held while the step is in flight (values and encoded chunks)."""
+    keys: tuple[str, ...] = ()
+    """``copy``: the records of the array."""
 
     @property
     def parent(self) -> str:
         return self.node.path.rpartition("/")[0]
 
 
-def _steps(root: Group) -> list[_Step]:
+def is_bytes_array(array: Array) -> bool:
+    """True for one-dimensional arrays of variable-length bytes (zarr-python's ``vlen-bytes``
+    codec or filter: e.g. one chunk of many encoded frames), which ``--bytes-as-blobs``
+    splits."""
+    return array.ndim == 1 and any("vlen-bytes" in (codec.get("name"), codec.get("id")) for codec in array.codecs)
+
+
+def _element_name(index: int, count: int) -> str:
+    """The blob name of element ``index`` of ``count``: zero-padded to five digits or more,
+    as frames are named (``cameras/front/00042``), so names sort in element order."""
+    return f"{index:0{max(5, len(str(count - 1)))}d}"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How the nodes are recreated."""
+
+    verbatim: bool
+    """Arrays keep their records byte for byte (same zarr format, codecs kept)."""
+    split: bool
+    """Variable-length bytes arrays become groups of blobs (``--bytes-as-blobs``)."""
+    source: Store
+
+
+def _record_keys(plan: _Plan) -> list[str]:
+    """The source's record keys, sorted, consolidated metadata left out (regenerated)."""
+    source = plan.source
+    keys = source.archive.keys() if isinstance(source, IndexedTarZarrStore) else source.record_keys()
+    return sorted(key for key in keys if not Store.is_consolidated_metadata_key(key))
+
+
+def _keys_below(keys: list[str], path: str) -> tuple[str, ...]:
+    """The keys (sorted) under ``path/``: an array's records (arrays have no members)."""
+    prefix = f"{path}/"
+    start = bisect.bisect_left(keys, prefix)
+    stop = bisect.bisect_left(keys, prefix[:-1] + chr(ord("/") + 1), start)
+    return tuple(keys[start:stop])
+
+
+def _steps(root: Group, plan: _Plan) -> list[_Step]:
+    keys = _record_keys(plan) if plan.verbatim else []
+    sizes = plan.source.archive.records if isinstance(plan.source, IndexedTarZarrStore) else None
     steps = []
     for node in walk(root):
         if isinstance(node, Group):
             steps.append(_Step(node, "group", 0))
+        elif plan.split and is_bytes_array(node):
+            steps.append(_Step(node, "split", 0))
+        elif plan.verbatim:
+            records = _keys_below(keys, node.path)
+            nbytes = sum(sizes[key].size for key in records) if sizes is not None else 0
+            steps.append(_Step(node, "copy", nbytes, records))
         elif is_blob(node):
             steps.append(_Step(node, "blob", node.dtype.itemsize * math.prod(node.shape)))
+        elif is_variable_length(node):
+            raise ValueError(
+                f"array {node.path!r} holds variable-length elements ({describe_codecs(node.codecs)}), which can't "
+                "be re-encoded; keep its zarr format and codecs (no --zarr-format or --compression: records are "
+                "copied)" + (", or split bytes into blobs with --bytes-as-blobs" if node.ndim == 1 else "")
+            )
         else:
             # The values read and their encoded chunks (at most about as large) coexist.
             steps.append(_Step(node, "array", 2 * node.dtype.itemsize * math.prod(node.shape)))
@@ -251,35 +338,83 @@ def _compression(array: Array, asked: BloscCompression | str | None, changed: li
         return BloscCompression()
 
 
+@dataclass(frozen=True)
+class _Records:
+    """An array's records, read to be copied verbatim."""
+
+    records: list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class _Elements:
+    """The elements of a variable-length bytes array, to be stored as blobs."""
+
+    elements: list[bytes]
+
+
+Payload = bytes | EncodedArray | _Records | _Elements | None
+
+
 def _prepare(
-    step: _Step, zarr_format: ZarrFormat, asked: BloscCompression | str | None, changed: list[str]
-) -> bytes | EncodedArray | None:
+    step: _Step, plan: _Plan, zarr_format: ZarrFormat, asked: BloscCompression | str | None, changed: list[str]
+) -> Payload:
     """Reads (and encodes) a node's data: runs on worker threads."""
     node = step.node
     if step.kind == "group":
         return None
     assert isinstance(node, Array)
+    if step.kind == "copy":
+        return _Records([(key, _read_record(plan.source, key)) for key in step.keys])
+    if step.kind == "split":
+        return _Elements(_elements(node))
     if step.kind == "blob":
         return node.read_bytes()
     compression = _compression(node, asked, changed)
     return EncodedArray.encode(node.read(), chunks=node.chunks, compression=compression, zarr_format=zarr_format)
 
 
+def _read_record(source: Store, key: str) -> bytes:
+    data = source.read_record(key)
+    if data is None:
+        raise FileNotFoundError(errno.ENOENT, "record disappeared while packing", f"{source.name}/{key}")
+    return data
+
+
+def _elements(array: Array) -> list[bytes]:
+    """The elements of a variable-length bytes array, read a chunk of elements at a time."""
+    elements: list[bytes] = []
+    step = max(1, array.chunks[0])
+    for start in range(0, array.shape[0], step):
+        for index, element in enumerate(array.read(slice(start, start + step)), start):
+            if not isinstance(element, bytes):
+                raise ValueError(f"array {array.path!r}: element {index} is {type(element).__name__}, not bytes")
+            elements.append(element)
+    return elements
+
+
+@dataclass
+class _Outcome:
+    changed: list[str]
+    """Arrays whose codecs changed (to Blosc)."""
+    split: list[str]
+    """Variable-length bytes arrays split into blobs."""
+
+
 def _reencode(
-    root: Group, dest: IndexedTarZarrStore, *, zarr_format: ZarrFormat, consolidate: bool, workers: int, quiet: bool,
-    compression: BloscCompression | str | None,
-) -> list[str]:  # fmt: skip
-    """Recreates the hierarchy in ``dest``; returns the arrays whose codecs changed."""
-    changed: list[str] = []
+    root: Group, dest: IndexedTarZarrStore, plan: _Plan, *, zarr_format: ZarrFormat, consolidate: bool, workers: int,
+    quiet: bool, compression: BloscCompression | str | None,
+) -> _Outcome:  # fmt: skip
+    """Recreates the hierarchy in ``dest``."""
+    outcome = _Outcome([], [])
     groups = {"": dest.create_root_group(dict(root.attributes), zarr_format=zarr_format)}
-    steps = _steps(root)
+    steps = _steps(root, plan)
     with (
         ThreadPoolExecutor(workers) as pool,
         progress(total=len(steps), desc="pack", unit="node", quiet=quiet) as bar,
         closing(
             ordered_map(
                 pool,
-                lambda step: _prepare(step, zarr_format, compression, changed),
+                lambda step: _prepare(step, plan, zarr_format, compression, outcome.changed),
                 steps,
                 max_items=2 * workers,
                 max_bytes=_MAX_BYTES_IN_FLIGHT,
@@ -291,8 +426,21 @@ def _reencode(
         for step, payload in prepared:
             parent, node = groups[step.parent], step.node
             attributes = dict(node.attributes)
-            if isinstance(payload, EncodedArray):
-                parent.create_encoded_array(node.name, payload, attributes=attributes)
+            if isinstance(payload, _Records):
+                for key, data in payload.records:
+                    dest.archive[key] = data
+            elif isinstance(payload, _Elements):
+                group = groups[node.path] = parent.create_group(node.name, attributes=attributes)
+                _store_blobs(group, node.path, payload.elements)
+                outcome.split.append(node.path)
+            elif isinstance(payload, EncodedArray):
+                assert isinstance(node, Array)
+                kept = carried_over(node, root.zarr_format, zarr_format)
+                if kept.fill_value is not None or zarr_format == 2:
+                    payload = replace(payload, fill_value=kept.fill_value)
+                parent.create_encoded_array(
+                    node.name, payload, attributes=kept.attributes, dimension_names=kept.dimension_names
+                )
             elif isinstance(payload, bytes):
                 parent.create_bytes_array(node.name, payload, attributes=attributes)
             else:
@@ -300,7 +448,19 @@ def _reencode(
             bar.update(1)
     if consolidate:
         dest.consolidate()
-    return sorted(changed)
+    outcome.changed.sort()
+    return outcome
+
+
+def _store_blobs(group: Group, path: str, elements: list[bytes]) -> None:
+    """The elements of a bytes array as blobs of ``group``, one record each, in order."""
+    for index, element in enumerate(elements):
+        if not element and group.zarr_format == 2:
+            raise ValueError(
+                f"array {path!r}: element {index} is empty, and zarr format 2 can't store an empty blob; "
+                "pack with --zarr-format 3"
+            )
+        group.create_bytes_array(_element_name(index, len(elements)), element)
 
 
 # -- command -------------------------------------------------------------------------------
@@ -326,12 +486,13 @@ class _Options:
     consolidate: bool
     workers: int
     quiet: bool
+    bytes_as_blobs: bool = False
 
     @classmethod
     def of(cls, args: argparse.Namespace, *, quiet: bool | None = None) -> _Options:
         return cls(
             tuple(args.storage_options), args.zarr_format, args.compression, not args.no_consolidate,
-            args.workers or default_workers(), args.quiet if quiet is None else quiet,
+            args.workers or default_workers(), args.quiet if quiet is None else quiet, args.bytes_as_blobs,
         )  # fmt: skip
 
 
@@ -360,26 +521,36 @@ def pack_one(src: str, dest_text: str, options: _Options) -> list[str]:
                     raise CommandError(f"{source.name}: no zarr hierarchy to re-encode")
                 root = open_root(src_store, src_store.archive) if src_format is not None else None
             else:
-                root = src_store.open_root_group(consolidated="auto")
+                root = _open_store_root(source, src_store)
                 src_format = root.zarr_format
             zarr_format: ZarrFormat = options.zarr_format or src_format or 2
-            if (zarr_format == src_format and compression == _KEEP) or root is None:
+            verbatim = zarr_format == src_format and compression == _KEEP
+            split = (
+                options.bytes_as_blobs
+                and root is not None
+                and any(isinstance(node, Array) and is_bytes_array(node) for node in walk(root))
+            )
+            if root is None or (verbatim and not split):
                 # Records copied verbatim: every array keeps its codecs and bytes.
                 with _writing(dest) as new:
                     _copy_records(src_store, new, consolidate=consolidate, workers=workers, quiet=quiet)
                 archive = new.archive
                 lines.append(_summary(dest, archive.keys(), archive.file_size, "records copied, codecs kept"))
             else:
+                plan = _Plan(verbatim, options.bytes_as_blobs, src_store)
                 with _writing(dest) as new:
-                    changed = _reencode(
-                        root, new, zarr_format=zarr_format, consolidate=consolidate, workers=workers, quiet=quiet,
-                        compression=compression,
+                    outcome = _reencode(
+                        root, new, plan, zarr_format=zarr_format, consolidate=consolidate, workers=workers,
+                        quiet=quiet, compression=compression,
                     )  # fmt: skip
                 archive = new.archive
-                how = f"re-encoded, zarr format {zarr_format}"
+                how = "records copied, codecs kept" if verbatim else f"re-encoded, zarr format {zarr_format}"
                 if compression != _KEEP:
                     how += f", compression {options.compression}"
+                if outcome.split:
+                    how += f", {len(outcome.split)} bytes array(s) split into blobs"
                 lines.append(_summary(dest, archive.keys(), archive.file_size, how))
+                changed = outcome.changed
                 if changed:
                     shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
                     note = f"{len(changed)} array(s) had codecs the typed API can't write and now use Blosc lz4"

@@ -22,7 +22,7 @@ from ._common import (
     positive_int,
     print_json,
 )
-from ._hierarchy import blob_size, compression_label, is_blob, open_root
+from ._hierarchy import blob_size, compression_label, is_blob, is_variable_length, open_root
 
 __all__ = ["ArraySummary", "register", "render_tree", "run", "summarize_array", "tree_document"]
 
@@ -41,9 +41,10 @@ class ArraySummary:
     dtype: str
     chunks: tuple[int, ...]
     compression: str
-    """``blosc <cname>/<clevel>/<shuffle>``, ``none`` or ``other``."""
-    nbytes: int
-    """Size of the values uncompressed."""
+    """``blosc <cname>/<clevel>/<shuffle>``, ``none``, or the codec chain (``zstd 3``,
+    ``vlen-bytes + zstd 0``...)."""
+    nbytes: int | None
+    """Size of the values uncompressed (None for variable-length elements: unknown unread)."""
     stored_bytes: int
     """Sum of the sizes of the array's chunk records."""
     chunks_stored: int
@@ -53,8 +54,9 @@ class ArraySummary:
 
     @property
     def ratio(self) -> float | None:
-        """Compression ratio (uncompressed / stored bytes), None if nothing is stored."""
-        return self.nbytes / self.stored_bytes if self.stored_bytes else None
+        """Compression ratio (uncompressed / stored bytes), None if nothing is stored or the
+        uncompressed size is unknown."""
+        return self.nbytes / self.stored_bytes if self.stored_bytes and self.nbytes is not None else None
 
 
 def record_size_lookup(group: Group) -> RecordSize:
@@ -87,7 +89,7 @@ def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
         dtype=str(array.dtype),
         chunks=array.chunks,
         compression=compression_label(array),
-        nbytes=math.prod(array.shape) * array.dtype.itemsize,
+        nbytes=None if is_variable_length(array) else math.prod(array.shape) * array.dtype.itemsize,
         stored_bytes=stored,
         chunks_stored=count,
         chunks_total=total,
@@ -184,7 +186,8 @@ def _render_members(
 def tree_document(group: Group, *, attributes: bool = False) -> dict[str, Any]:
     """The hierarchy below ``group`` as a nested JSON document: each node has ``name``,
     ``path`` and ``type`` (``group`` or ``array``); groups list their ``members``; arrays have
-    ``shape``, ``dtype``, ``chunks``, ``compression``, ``nbytes``, ``stored_bytes``,
+    ``shape``, ``dtype``, ``chunks``, ``compression``, ``codecs`` (as stored), ``nbytes`` (null for
+    variable-length elements), ``stored_bytes``,
     ``chunks_stored``, ``chunks_total``, ``ratio``, ``blob`` and ``blob_size``; with
     ``attributes``, every node has its ``attributes``."""
     document = _group_document(group, record_size_lookup(group), attributes)
@@ -216,6 +219,7 @@ def _array_document(array: Array, record_size: RecordSize, attributes: bool) -> 
         "dtype": summary.dtype,
         "chunks": list(summary.chunks),
         "compression": summary.compression,
+        "codecs": list(array.codecs),
         "nbytes": summary.nbytes,
         "stored_bytes": summary.stored_bytes,
         "chunks_stored": summary.chunks_stored,

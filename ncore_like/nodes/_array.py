@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import EllipsisType
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +13,8 @@ import numpy.typing as npt
 from .._compat import (
     ZarrArray,
     ZarrStore,
+    array_document,
+    array_zarr_format,
     blosc_compressor,
     chunk_key,
     raw_chunk_layout,
@@ -25,8 +27,8 @@ from ..archive import IndexedTarArchive
 from ..backend import Backend, bytes_like
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, ItarZarrStore, Store
-from ..store._metadata import ArrayView
-from ._compression import BloscCompression
+from ..store._metadata import ArrayView, codecs_of, dimension_names_of
+from ._compression import BloscCompression, describe_codecs
 from ._encoding import chunk_regions, encode_chunk
 from ._node import Node
 
@@ -235,13 +237,50 @@ class Array(Node[ZarrArray]):
     @property
     def compression(self) -> BloscCompression | None:
         """The Blosc compression of the chunks (None if uncompressed; ValueError for other
-        compressors or filters)."""
+        compressors or filters, whose chain :attr:`codecs` lists)."""
         compressor = blosc_compressor(self.zarr)
         if compressor == "other":
-            raise ValueError(f"array {self.path!r} uses codecs other than one Blosc compressor")
+            raise ValueError(
+                f"array {self.path!r} uses codecs other than one Blosc compressor ({describe_codecs(self.codecs)}); "
+                "Array.codecs lists them"
+            )
         if compressor is None:
             return None
         return BloscCompression.from_numcodecs(compressor)
+
+    def _document(self) -> Mapping[str, Any]:
+        """The metadata document (v2: ``.zarray`` plus ``"attributes"``; v3: ``zarr.json``)."""
+        view = self._view
+        return view.document if view is not None else array_document(self.zarr)
+
+    def _zarr_format(self) -> Literal[2, 3]:
+        view = self._view
+        return view.zarr_format if view is not None else array_zarr_format(self.zarr)
+
+    @property
+    def codecs(self) -> tuple[dict[str, Any], ...]:
+        """The codec chain of the chunks as the node metadata stores it, in encoding order:
+        zarr format 3's ``codecs`` (``{"name": ..., "configuration": {...}}``, e.g. ``bytes``,
+        ``zstd``, ``crc32c``, ``vlen-bytes``), zarr format 2's ``filters`` then ``compressor``
+        (numcodecs' configurations, ``{"id": ..., ...}``); empty for raw format 2 chunks. What
+        :attr:`compression` can't express (it raises ValueError) is listed here."""
+        return codecs_of(self._document(), self._zarr_format())
+
+    @property
+    def dimension_names(self) -> tuple[str | None, ...] | None:
+        """The names of the dimensions: zarr format 3's ``dimension_names`` (None for unnamed
+        ones); in zarr format 2, which has none, xarray's ``_ARRAY_DIMENSIONS`` attribute.
+        None if the array has no names."""
+        return dimension_names_of(self._document(), self._zarr_format())
+
+    @property
+    def fill_value(self) -> Any:
+        """The fill value of the node metadata (what chunks never written read as), a numpy
+        scalar of the dtype; None for zarr format 2's ``null`` (zarr-python then reads zeros)."""
+        view = self._view
+        if isinstance(view, ArrayView) and view.unsupported is None:
+            return None if view.document.get("fill_value") is None else view.fill_value
+        return self.zarr.fill_value
 
     # -- reading -------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,7 +25,7 @@ from .._compat import (
 from ..archive import scan_records
 from ..backend import Backend, is_blob
 from ..errors import ReadOnlyError
-from ..store._metadata import ArrayView, GroupView, parse_node
+from ..store._metadata import XARRAY_DIMENSIONS, ArrayView, GroupView, parse_node
 from ._array import Array
 from ._cache import NodeCache
 from ._compression import BloscCompression
@@ -259,6 +259,7 @@ class Group(Node[ZarrGroup]):
         chunks: ChunksLike = "single",
         compression: BloscCompression | None = DEFAULT_COMPRESSION,
         attributes: Attributes | None = None,
+        dimension_names: Sequence[str | None] | None = None,
     ) -> Array:
         """Creates a member array holding ``data``.
 
@@ -270,11 +271,16 @@ class Group(Node[ZarrGroup]):
                 heuristic). Zero sizes are clamped to 1.
             compression: Blosc compression (default lz4, level 5, bit-shuffle), or None.
             attributes: Attributes of the array.
+            dimension_names: A name per dimension (see :attr:`Array.dimension_names`): zarr
+                format 3's ``dimension_names`` (None for an unnamed one); in format 2, xarray's
+                ``_ARRAY_DIMENSIONS`` attribute (strings only), as xarray writes them.
         """
         self._check_writable()
         values, resolved = prepare_values(data, dtype, chunks, self.zarr_format)
         fill_value = default_fill_value(values.dtype)
-        array = self._new_array(name, tuple(values.shape), values.dtype, resolved, compression, fill_value, attributes)
+        array = self._new_array(
+            name, tuple(values.shape), values.dtype, resolved, compression, fill_value, attributes, dimension_names
+        )
         # Chunks are written as they are encoded (on the worker pool when compressed), and
         # uncompressed ones straight from ``values``: the records are written before this
         # returns, so no copy is needed.
@@ -291,6 +297,7 @@ class Group(Node[ZarrGroup]):
         compression: BloscCompression | None,
         fill_value: Any,
         attributes: Attributes | None,
+        dimension_names: Sequence[str | None] | None = None,
     ) -> Array:
         """Writes the node metadata of a new member array and returns it: as a view of the
         metadata written when the group belongs to a store (zarr-python's array is built only
@@ -298,21 +305,47 @@ class Group(Node[ZarrGroup]):
         parent_path, _, leaf = name.strip("/").rpartition("/")
         if parent_path:
             parent = self._required_path(parent_path)
-            return parent._new_array(leaf, shape, dtype, chunks, compression, fill_value, attributes)
+            return parent._new_array(leaf, shape, dtype, chunks, compression, fill_value, attributes, dimension_names)
         blosc = compression.to_numcodecs() if compression is not None else None
         attrs = dict(attributes) if attributes else None
+        names = self._checked_dimension_names(name, dimension_names, len(shape))
+        if names is not None and self.zarr_format == 2:
+            attrs, names = {**(attrs or {}), XARRAY_DIMENSIONS: list(names)}, None
         path, document = write_array_metadata(
             self.zarr, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
-            attributes=attrs,
+            attributes=attrs, dimension_names=names,
         )  # fmt: skip
         if self._store is None:
             return Array(array_from_document(self.zarr.store, path, document), self._backend)
         view = parse_node(path, document, self.zarr_format, self._store.name)
         return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
 
-    def create_encoded_array(self, name: str, encoded: EncodedArray, *, attributes: Attributes | None = None) -> Array:
+    def _checked_dimension_names(
+        self, name: str, names: Sequence[str | None] | None, ndim: int
+    ) -> tuple[str | None, ...] | None:
+        if names is None:
+            return None
+        checked = tuple(names) if not isinstance(names, str) else ()
+        allowed: tuple[type, ...] = (str,) if self.zarr_format == 2 else (str, type(None))
+        if len(checked) != ndim or not all(isinstance(item, allowed) for item in checked):
+            what = "a string" if self.zarr_format == 2 else "a string or None"
+            raise ValueError(
+                f"array {name!r} of group {self.path or '/'}: dimension_names must hold {what} per dimension "
+                f"({ndim}), got {names!r}"
+            )
+        return checked
+
+    def create_encoded_array(
+        self,
+        name: str,
+        encoded: EncodedArray,
+        *,
+        attributes: Attributes | None = None,
+        dimension_names: Sequence[str | None] | None = None,
+    ) -> Array:
         """Creates a member array from chunks encoded by :meth:`EncodedArray.encode` (e.g. on
-        worker threads). The encoded array is validated before anything is written.
+        worker threads), with attributes and dimension names as :meth:`create_array` takes
+        them. The encoded array is validated before anything is written.
 
         Raises:
             ValueError: For stores opened for reading, encoded arrays of another zarr format,
@@ -323,8 +356,9 @@ class Group(Node[ZarrGroup]):
         where = f"array {name!r} of group {self.path or '/'}"
         encoded.validate(self.zarr_format, where)
         array = self._new_array(
-            name, encoded.shape, encoded.dtype, encoded.chunks, encoded.compression, encoded.fill_value, attributes
-        )
+            name, encoded.shape, encoded.dtype, encoded.chunks, encoded.compression, encoded.fill_value, attributes,
+            dimension_names,
+        )  # fmt: skip
         array._write_chunk_records(sorted(encoded.chunk_records.items()))
         return array
 
@@ -355,10 +389,12 @@ class Group(Node[ZarrGroup]):
         compression: BloscCompression | None = DEFAULT_COMPRESSION,
         fill_value: Any = None,
         attributes: Attributes | None = None,
+        dimension_names: Sequence[str | None] | None = None,
     ) -> Array:
         """Creates a member array without data, whose chunks are written by
         :meth:`Array.write` (chunks not written read as ``fill_value``). Its node metadata is
-        what :meth:`create_array` writes for the same dtype, chunks and compression.
+        what :meth:`create_array` writes for the same dtype, chunks, compression, attributes
+        and dimension names.
 
         Raises:
             ValueError: For stores opened for reading, and chunks that don't match the shape.
@@ -368,4 +404,4 @@ class Group(Node[ZarrGroup]):
         shape = tuple(int(size) for size in shape)
         resolved = resolve_chunks(tuple(chunks), shape, stored.itemsize)
         fill = default_fill_value(stored) if fill_value is None else np.asarray(fill_value, dtype=stored)[()]
-        return self._new_array(name, shape, stored, resolved, compression, fill, attributes)
+        return self._new_array(name, shape, stored, resolved, compression, fill, attributes, dimension_names)

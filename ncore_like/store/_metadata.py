@@ -21,7 +21,16 @@ import numpy as np
 
 from ..errors import NodeMetadataError
 
-__all__ = ["ArrayView", "ChunkKeys", "GroupView", "NodeView", "parse_node"]
+__all__ = [
+    "XARRAY_DIMENSIONS",
+    "ArrayView",
+    "ChunkKeys",
+    "GroupView",
+    "NodeView",
+    "codecs_of",
+    "dimension_names_of",
+    "parse_node",
+]
 
 ZarrFormat = Literal[2, 3]
 #: zarr format 3's data types the view understands, as numpy dtypes.
@@ -239,6 +248,37 @@ def _v3_array(path: str, document: Mapping[str, Any], prefix: str) -> ArrayView:
         path, 3, attributes, document, shape, dtype, stored, chunks, blosc, fill_value,
         ChunkKeys(chunk_prefix, separator, zero_d), unsupported or why,
     )  # fmt: skip
+
+
+#: The attribute in which xarray keeps the dimension names of a zarr format 2 array.
+XARRAY_DIMENSIONS = "_ARRAY_DIMENSIONS"
+
+
+def codecs_of(document: Mapping[str, Any], zarr_format: ZarrFormat) -> tuple[dict[str, Any], ...]:
+    """An array's codec chain from its metadata document, in the order chunks are encoded:
+    zarr format 3's ``codecs`` (``{"name", "configuration"}``), format 2's ``filters`` then
+    ``compressor`` (numcodecs' configurations, ``{"id", ...}``)."""
+    if zarr_format == 3:
+        chain = list(document.get("codecs") or [])
+    else:
+        chain = [*(document.get("filters") or []), *([document["compressor"]] if document.get("compressor") else [])]
+    return tuple(dict(codec) for codec in chain if isinstance(codec, dict))
+
+
+def dimension_names_of(document: Mapping[str, Any], zarr_format: ZarrFormat) -> tuple[str | None, ...] | None:
+    """The names of an array's dimensions: zarr format 3's ``dimension_names``; in format 2,
+    which has none, xarray's ``_ARRAY_DIMENSIONS`` attribute. None without names (or with
+    names that aren't one string, or null in format 3, per dimension)."""
+    if zarr_format == 3:
+        names = document.get("dimension_names")
+        allowed: tuple[type, ...] = (str, type(None))
+    else:
+        names = (document.get("attributes") or {}).get(XARRAY_DIMENSIONS)
+        allowed = (str,)
+    shape = document.get("shape")
+    if not isinstance(names, list | tuple) or not isinstance(shape, list | tuple) or len(names) != len(shape):
+        return None
+    return tuple(names) if all(isinstance(name, allowed) for name in names) else None
 
 
 def parse_node(path: str, document: Mapping[str, Any], zarr_format: ZarrFormat, where: str) -> NodeView:

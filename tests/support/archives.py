@@ -1,7 +1,11 @@
-"""Helpers that damage archives on purpose, shared by the tests."""
+"""Helpers that damage archives on purpose, and files mistaken for archives, shared by the tests."""
 
 from __future__ import annotations
 
+import gzip
+import random
+import subprocess
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,3 +28,30 @@ def rewrite_index(path: Path, change: Callable[[list[str], list[int], list[int]]
         file.seek(index.offset)
         file.write(data + bytes(padding(len(data))) + pack_index_header(index.offset, len(data)))
         file.truncate()
+
+
+def foreign_files(folder: Path) -> dict[str, Path]:
+    """Files people mistake for archives, written by the real tools: GNU tar (a small one, and
+    one larger than the tail read, so that its first block is read apart), Python's zipfile,
+    gzip."""
+    content = folder / "seq.zarr"
+    content.mkdir(parents=True)
+    (content / ".zgroup").write_text('{"zarr_format": 2}')
+    (content / "big").write_bytes(random.Random(7).randbytes(3 << 20))
+    files = {"tar": folder / "plain.tar", "big tar": folder / "big.tar", "zip": folder / "plain.zip"}
+    subprocess.run(["tar", "-cf", str(files["tar"]), "-C", str(folder), "seq.zarr/.zgroup"], check=True)
+    subprocess.run(["tar", "-cf", str(files["big tar"]), "-C", str(folder), "seq.zarr"], check=True)
+    with zipfile.ZipFile(files["zip"], "w") as bundle:
+        bundle.write(content / ".zgroup", "seq.zarr/.zgroup")
+    files["gzip"] = folder / "plain.tar.gz"
+    files["gzip"].write_bytes(gzip.compress(files["tar"].read_bytes()))
+    return files
+
+
+#: What opening each of :func:`foreign_files` says (regular expressions).
+FOREIGN_MESSAGES = {
+    "tar": r": a plain tar file, not an indexed tar archive .*tar -xf.*ncore-like pack FOLDER OUT\.itar",
+    "big tar": r": a plain tar file, not an indexed tar archive .*tar -xf",
+    "zip": r": a zip file, not an indexed tar archive; .*ncore-like pack 'zip://FOLDER::.*plain\.zip' OUT\.itar",
+    "gzip": r": a gzip-compressed file, not an indexed tar archive; decompress it",
+}

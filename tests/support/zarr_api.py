@@ -246,3 +246,19 @@ def indexing_module() -> Any:
     import importlib
 
     return importlib.import_module("zarr.core.indexing" if ZARR_MAJOR >= 3 else "zarr.indexing")
+
+
+def create_vlen_bytes_array(group: Any, name: str, values: list[bytes], *, chunks: tuple[int, ...]) -> Any:
+    """A 1-dimensional array of variable-length bytes (e.g. one chunk of many encoded
+    frames) as zarr-python writes it: the ``vlen-bytes`` codec (zarr format 3) or filter
+    (format 2), with zarr-python's default compression."""
+    data = np.empty(len(values), dtype=object)
+    data[:] = values
+    if ZARR_MAJOR >= 3:
+        array = group.create_array(name, shape=(len(values),), dtype=zarr.dtype.VariableLengthBytes(), chunks=chunks)
+    else:
+        array = group.create_dataset(
+            name, shape=(len(values),), dtype=object, object_codec=numcodecs.VLenBytes(), chunks=chunks
+        )
+    array[:] = data
+    return array
