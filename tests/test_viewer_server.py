@@ -152,6 +152,22 @@ def test_names_that_are_no_nodes_or_files_of_the_page_are_not_found(viewer: View
     assert b"[project]" not in body and b"root:" not in body
 
 
+def test_arrays_show_the_facts_the_tree_command_shows(viewer: Viewer, sequence: Path) -> None:
+    from ncore_like.cli._hierarchy import compression_label
+    from ncore_like.cli._tree import record_size_lookup, summarize_array
+
+    root = IndexedTarZarrStore(sequence).open_root_group()
+    for path in ("poses", "timestamps_us", "lidar/slab_001", "cameras/front/00002"):
+        array = root.array(path)
+        summary = summarize_array(array, record_size_lookup(root))
+        details = json.loads(authed(viewer, f"/api/node?path={path}")[2])
+        assert details["codecs"]["label"] == compression_label(array)
+        assert details["codecs"]["chain"] == json.loads(json.dumps(list(array.codecs)))
+        assert details["stored_bytes"] == summary.stored_bytes and details["nbytes"] == summary.nbytes
+        assert (details["chunks_stored"], details["chunks_total"]) == (summary.chunks_stored, summary.chunks_total)
+        assert details["shape"] == list(array.shape) and details["dtype"] == str(array.dtype)
+
+
 def test_the_nodes_of_the_hierarchy_are_served(viewer: Viewer, sequence: Path) -> None:
     root = IndexedTarZarrStore(sequence).open_root_group()
     status, headers, body = authed(viewer, "/api/blob?path=cameras/rear/00003")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from .._compat import chunk_key, record_size
 from ..backend import bytes_like, is_blob
 from ..nodes import Array, Group
+from ..nodes._compression import describe_codecs
 from ._previews import preview_plan
 from ._source import Source
 
@@ -217,19 +218,7 @@ def _grid(array: Array) -> tuple[int, ...]:
 
 
 def _codecs(array: Array) -> dict[str, Any]:
-    """How the chunks are encoded: a short label, and the codec entries of the metadata."""
-    try:
-        compression = array.compression
-    except ValueError:
-        label = "other"
-    else:
-        blosc = None if compression is None else f"{compression.cname}/{compression.clevel}/{compression.shuffle}"
-        label = "none" if blosc is None else f"blosc {blosc}"
-    described: dict[str, Any] = {"label": label}
-    view = array.view
-    if view is not None:
-        document = view.document
-        for key in ("compressor", "filters", "codecs"):
-            if key in document:
-                described[key] = document[key]
-    return described
+    """How the chunks are encoded: the label ``ncore-like tree`` shows, and the codec chain
+    as the node metadata stores it."""
+    chain = list(array.codecs)
+    return {"label": describe_codecs(chain), "chain": chain}

@@ -227,13 +227,12 @@ function renderDetails(details) {
     rows.push(["stored size", stored === null ? "not summed (very many chunks)" : `${formatBytes(stored)}${ratio}`]);
     rows.push(["chunks stored", details.chunks_stored === null ? "–" : `${details.chunks_stored} of ${details.chunks_total}`]);
   }
-  const codecSpec = {};
-  for (const key of ["compressor", "filters", "codecs"]) if (details.codecs && key in details.codecs) codecSpec[key] = details.codecs[key];
+  const chain = details.codecs ? details.codecs.chain : [];
   fill(section, 
     el("h2", { text: `/${details.path}` }),
     factsTable(rows),
-    Object.keys(codecSpec).length
-      ? el("details", {}, el("summary", { class: "muted", text: "codecs as stored" }), el("pre", { class: "attributes", text: JSON.stringify(codecSpec, null, 2) }))
+    chain.length
+      ? el("details", {}, el("summary", { class: "muted", text: "codecs as stored" }), el("pre", { class: "attributes", text: JSON.stringify(chain, null, 2) }))
       : null,
     attributesBlock(details.attributes),
   );
