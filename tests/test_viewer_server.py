@@ -379,6 +379,25 @@ def test_other_blobs_come_as_bytes_for_a_hex_preview(tmp_path: Path) -> None:
     assert headers["X-Blob-Size"] == str(len(payload)) and body == payload[:4096]
 
 
+@pytest.mark.s3
+def test_a_zarr_store_url_is_shown(sequence: Path, tmp_path: Path, s3_bucket: Any) -> None:
+    from ncore_like.cli import main
+
+    assert main(["extract", "--quiet", str(sequence), "-C", str(tmp_path / "sequence.zarr")]) == 0
+    remote = s3_bucket / "sequence.zarr"
+    remote.fs.put(str(tmp_path / "sequence.zarr"), remote.path, recursive=True)
+    root = IndexedTarZarrStore(sequence).open_root_group()
+    with view(remote, open_browser=False) as v:
+        assert v.name.endswith("/sequence.zarr")
+        tree = json.loads(authed(v, "/api/tree")[2])
+        assert tree["archive"] is False
+        assert [member["path"] for member in tree["tree"]["members"]] == ["cameras", "lidar", "poses", "timestamps_us"]
+        status, _, body = authed(v, "/api/blob?path=cameras/front/00001")
+        assert status == 200 and body == root.array(frame_path("front", 1)).read_bytes()
+        _, values = unpack(authed(v, "/api/preview?path=poses&view=columns")[2])
+        np.testing.assert_array_equal(values[0], root.array("poses").read().reshape(FRAMES, 16))
+
+
 # -- bad input -----------------------------------------------------------------------------------
 
 

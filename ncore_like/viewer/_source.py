@@ -64,7 +64,7 @@ def open_source(location: str | PurePath | UPath, storage_options: Mapping[str, 
     upath = where.upath
     if upath.name.endswith(".itar") or upath.is_file():
         return _archive(name, upath)
-    store = ZarrStoreAdapter(fsspec_store(str(upath), upath.storage_options, read_only=True))
+    store = ZarrStoreAdapter(fsspec_store(upath.fs, upath.path, read_only=True))
     return _hierarchy(name, store, None)
 
 
