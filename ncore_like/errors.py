@@ -5,7 +5,11 @@ caller would naturally catch, so code that handles ``ValueError`` or ``KeyError`
 working, while code that cares can catch the precise class. Messages name the archive (or
 store) and what is wrong with it; the parts are also attributes (:attr:`~NcoreLikeError.archive`,
 :attr:`~NcoreLikeError.key`, :attr:`~NcoreLikeError.detail`), so a program (e.g. the
-command line, which names the archive once) never has to take a message apart.
+command line, which names the archive once) never has to take a message apart. Those that
+are ``OSError`` (:class:`RemoteStorageError`, :class:`UnfinishedArchiveError`) carry the
+archive's path or URL as ``filename`` too, as Python's own file errors do; and a remote
+object that is missing raises ``FileNotFoundError`` with its URL as ``filename`` and in
+the message.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def _restore(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, A
     error = cls.__new__(cls, *args)
     error.args = args
     error.__dict__.update(state)
+    if isinstance(error, OSError):
+        error.filename = state.get("archive")  # a slot of OSError's, not in __dict__
     return error
 
 
@@ -53,6 +59,11 @@ class NcoreLikeError(Exception):
         """The archive or store concerned (path or URL), None if none is."""
         self.key = key
         """The record concerned, None if none is."""
+        if isinstance(self, OSError):
+            # Where Python's own errors of files say which file: code that reports an
+            # OSError's ``filename`` names the archive (its path or URL) too.
+            os_error: OSError = self
+            os_error.filename = archive
 
     def __str__(self) -> str:
         # KeyError would quote the message; every error of ours reads as its message.

@@ -44,6 +44,7 @@ class NcoreLikeBackendEntrypoint(BackendEntrypoint):
         "drop_variables",
         "group",
         "storage_options",
+        "verify_checksums",
         "mask_and_scale",
         "decode_times",
         "concat_characters",
@@ -59,14 +60,19 @@ class NcoreLikeBackendEntrypoint(BackendEntrypoint):
         drop_variables: str | Iterable[str] | None = None,
         group: str | None = None,
         storage_options: dict[str, Any] | None = None,
+        verify_checksums: bool | None = True,
         **decoding: Any,
     ) -> Dataset:
         """The dataset of ``group`` (default: the root group) of the archive at
-        ``filename_or_obj``; ``storage_options`` for URLs (as fsspec takes them)."""
+        ``filename_or_obj``; ``storage_options`` for URLs (as fsspec takes them). Every
+        record read is checked against its checksum (a damaged chunk raises
+        :class:`~ncore_like.ChecksumError`) unless ``verify_checksums=False``; a store
+        passed in reads as it was opened."""
         if isinstance(filename_or_obj, IndexedTarZarrStore):
             store, owned = filename_or_obj, False
         else:
-            store, owned = IndexedTarZarrStore(_location(filename_or_obj, storage_options)), True
+            location = _location(filename_or_obj, storage_options)
+            store, owned = IndexedTarZarrStore(location, verify_checksums=verify_checksums), True
         try:
             root = store.open_root_group(consolidated="auto")
             group_node = root.group(group.strip("/")) if group and group.strip("/") else root

@@ -158,6 +158,14 @@ def time_row(
     )  # fmt: skip
 
 
+def unverified_note(verified: float, unverified: float, limit: float, count: int) -> str:
+    """What checksum verification (on by default) costs an operation timed both ways."""
+    return (
+        f"verify_checksums=False {us(unverified / count)} per operation ({unverified / limit:.2f}x): "
+        f"verification +{(verified / unverified - 1) * 100:.0f} % time"
+    )
+
+
 def bench_lookup(run: bench.Run[Config]) -> list[Row]:
     config, rng = run.config, run.generator
     path = run.tmp / "frames.itar"
@@ -169,6 +177,7 @@ def bench_lookup(run: bench.Run[Config]) -> list[Row]:
         store.consolidate()
     bench.warm_page_cache(path)
     root = IndexedTarZarrStore(path).open_root_group()
+    plain = IndexedTarZarrStore(path, verify_checksums=False).open_root_group()  # what verification costs
     names = [f"{index:05d}" for index in rng.integers(0, config.frames, size=config.lookups)]
     group = root.group("frames")
     archive = IndexedTarZarrStore(path).archive
@@ -181,15 +190,18 @@ def bench_lookup(run: bench.Run[Config]) -> list[Row]:
                 "ours": lambda: bench.each(lambda name: root.group("frames").array(name).read(), names),
                 "preadv": lambda: bench.each(lambda name: os.preadv(fd, [buffer], records[name].offset), names),
                 "lookup": lambda: bench.each(group.array, names),
+                "unverified": lambda: bench.each(lambda name: plain.group("frames").array(name).read(), names),
             },
             config.repeats,
         )
     finally:
         os.close(fd)
-    pair = bench.Timings({name: [seconds] for name, seconds in times.items() if name != "lookup"})
+    pair = bench.Timings({name: [times[name]] for name in ("ours", "preadv")})
     measure = f"root.group(...).array(name).read() of ~{config.frame_bytes // 1000} KB frames"
     row = time_row("1 lookup", measure, pair, "ours", "preadv", len(names), 1.5)
     row.detail += f"; group.array(name) alone {us(times['lookup'] / len(names))}"
+    row.detail += f"; {unverified_note(times['ours'], times['unverified'], times['preadv'], len(names))}"
+    row.raw["unverified_s"] = times["unverified"]
     rows = [row]
     modules = h5py_modules()
     if modules is not None:
@@ -227,6 +239,7 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
     bench.warm_page_cache(path)
     store = IndexedTarZarrStore(path)
     array = store.open_root_group().array("rows")
+    plain = IndexedTarZarrStore(path, verify_checksums=False).open_root_group().array("rows")
     picks = [int(index) for index in rng.integers(0, config.rows, size=config.row_reads)]
     records = {index: store.archive.records[chunk_key(array, (index, 0))] for index in set(picks)}
     out = np.empty(1024, np.float32)
@@ -243,17 +256,26 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
                 "read(i)": lambda: bench.each(array.read, picks),
                 "read(i, out=)": lambda: bench.each(lambda index: array.read(index, out=out), picks),
                 "pread+decode": lambda: bench.each(limit, picks),
+                "read(i) unverified": lambda: bench.each(plain.read, picks),
+                "read(i, out=) unverified": lambda: bench.each(lambda index: plain.read(index, out=out), picks),
             },
             config.repeats,
         )
     finally:
         os.close(fd)
     size = np.mean([record.size for record in records.values()])
-    rows = [
-        time_row("2 row", f"arr.read(i), {size:.0f}-byte Blosc chunks", times, "read(i)", "pread+decode",
-                 len(picks), 1.5),
-        time_row("2 row", "arr.read(i, out=row)", times, "read(i, out=)", "pread+decode", len(picks), 1.5),
-    ]  # fmt: skip
+    rows = []
+    for name, measure in (
+        ("read(i)", f"arr.read(i), {size:.0f}-byte Blosc chunks"),
+        ("read(i, out=)", "arr.read(i, out=row)"),
+    ):
+        pair = bench.Timings({key: [times[key]] for key in (name, "pread+decode")})
+        row = time_row("2 row", measure, pair, name, "pread+decode", len(picks), 1.5)
+        row.detail += (
+            f"; {unverified_note(times[name], times[f'{name} unverified'], times['pread+decode'], len(picks))}"
+        )
+        row.raw["unverified_s"] = times[f"{name} unverified"]
+        rows.append(row)
     modules = h5py_modules()
     if modules is not None:
         h5py, hdf5plugin = modules
@@ -294,6 +316,7 @@ def bench_batch(run: bench.Run[Config]) -> list[Row]:
         store.consolidate()
     bench.warm_page_cache(path)
     array = IndexedTarZarrStore(path).open_root_group().array("points")
+    plain = IndexedTarZarrStore(path, verify_checksums=False).open_root_group().array("points")
     batches = [[int(index) for index in rng.integers(0, config.sweeps, size=8)] for _ in range(config.batches)]
     out = np.empty((8, 50_000, 4), np.float32)
 
@@ -305,13 +328,17 @@ def bench_batch(run: bench.Run[Config]) -> list[Row]:
         {
             "read(list, out=)": lambda: bench.each(lambda batch: array.read(batch, out=out), batches),
             "8 x read(i, out=)": lambda: bench.each(one_by_one, batches),
+            "unverified": lambda: bench.each(lambda batch: plain.read(batch, out=out), batches),
         },
         config.repeats,
     )
-    return [
-        time_row("3 batch", "arr.read([8 random sweeps], out=batch), 800 KB Blosc chunks", times, "read(list, out=)",
-                 "8 x read(i, out=)", len(batches), 1.2),
-    ]  # fmt: skip
+    pair = bench.Timings({name: [times[name]] for name in ("read(list, out=)", "8 x read(i, out=)")})
+    row = time_row("3 batch", "arr.read([8 random sweeps], out=batch), 800 KB Blosc chunks", pair, "read(list, out=)",
+                   "8 x read(i, out=)", len(batches), 1.2)  # fmt: skip
+    row.detail += f"; verify_checksums=False {us(times['unverified'] / len(batches))} per operation: verification "
+    row.detail += f"+{(times['read(list, out=)'] / times['unverified'] - 1) * 100:.0f} % time"
+    row.raw["unverified_s"] = times["unverified"]
+    return [row]
 
 
 def bench_frames(run: bench.Run[Config]) -> list[Row]:

@@ -5,13 +5,30 @@ locations; and PyTorch DataLoader workers sampling frames across them."""
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from upath import UPath
 
 from ncore_like import ArchiveCollection, IndexedTarZarrStore
+from ncore_like.errors import ChecksumError
+from tests.support.servers import ServerProcess
+
+
+def settle(server: ServerProcess) -> list[dict[str, Any]]:
+    """The server's request log once it stopped growing (the proxy logs a request as it ends)."""
+    logged = server.requests()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        again = server.requests()
+        if again == logged:
+            return logged
+        logged = again
+    return logged
 
 
 def write_sequences(folder: Path | UPath, count: int) -> list[str]:
@@ -76,3 +93,69 @@ def test_dataloader_workers_sample_across_archives(tmp_path: Path) -> None:
     loader = torch_data.DataLoader(Frames(), batch_size=3, num_workers=2, collate_fn=list)
     frames = [frame for batch in loader for frame in batch]
     assert frames == [bytes([number, frame]) * 100 for number in range(5) for frame in range(4)]
+
+
+def write_frames(location: Path | UPath, count: int) -> dict[str, bytes]:
+    """An archive of ``count`` 60 KB frames (blobs); the frames by record key."""
+    frames = {f"front/{frame:04d}/0": bytes([frame]) * 60_000 for frame in range(count)}
+    with IndexedTarZarrStore(location, mode="w") as store:
+        front = store.create_root_group().create_group("front")
+        for key, frame in frames.items():
+            front.create_bytes_array(key.split("/")[1], frame)
+        store.consolidate()
+    return frames
+
+
+def flip_byte(location: Path | UPath, offset: int) -> None:
+    data = bytearray(location.read_bytes())
+    data[offset] ^= 0x04
+    location.write_bytes(bytes(data))
+
+
+def test_a_collection_opens_its_archives_with_the_options_it_was_given_in_every_process(
+    s3_bucket: UPath, s3_proxy: ServerProcess
+) -> None:
+    frames = write_frames(s3_bucket / "seq-000.itar", 4)
+    options = dict(s3_bucket.storage_options)
+    collection = ArchiveCollection(
+        str(s3_bucket / "seq-*.itar"),
+        storage_options=options,
+        remote_range_reads=True,
+        index_tail_read_size=None,  # the header block, then the index: every frame is read from storage
+        verify_checksums=False,
+    )
+    collection = pickle.loads(pickle.dumps(collection))  # as a DataLoader worker gets it
+    s3_proxy.clear_requests()
+    archive = collection.archive(0)
+    assert archive.remote_range_reads and not archive.verify_checksums and archive.tail_size == 512
+    s3_proxy.clear_requests()
+    key = "front/0002/0"
+    assert collection.read(0, key) == frames[key]
+    record = archive.records[key]
+    logged = [request for request in settle(s3_proxy) if request["method"] == "GET"]
+    assert [request["range"] for request in logged] == [f"bytes={record.offset}-{record.offset + record.size - 1}"]
+    # The default buffered path fetches a block around the record instead.
+    default = ArchiveCollection(str(s3_bucket / "seq-*.itar"), storage_options=options, index_tail_read_size=None)
+    s3_proxy.clear_requests()
+    assert default.read(0, key) == frames[key]
+    assert [request["range"] for request in settle(s3_proxy)] != [request["range"] for request in logged]
+
+
+def test_a_collection_verifies_checksums_unless_told_not_to(s3_bucket: UPath) -> None:
+    location = s3_bucket / "seq-000.itar"
+    frames = write_frames(location, 4)
+    record = IndexedTarZarrStore(location).archive.records["front/0001/0"]
+    flip_byte(location, record.offset + 100)
+    options = dict(s3_bucket.storage_options)
+    for range_reads in (False, True):
+        collection = pickle.loads(
+            pickle.dumps(ArchiveCollection([str(location)], storage_options=options, remote_range_reads=range_reads))
+        )
+        with pytest.raises(ChecksumError, match=r"seq-000\.itar: record 'front/0001/0'"):
+            collection.read(0, "front/0001/0")
+        with pytest.raises(ChecksumError, match="'front/0001/0'"):
+            collection.read_array(0, "front/0001")
+        assert collection.read(0, "front/0002/0") == frames["front/0002/0"]
+    unverified = ArchiveCollection([str(location)], storage_options=options, verify_checksums=False)
+    damaged = unverified.read(0, "front/0001/0")
+    assert damaged != frames["front/0001/0"] and len(damaged) == len(frames["front/0001/0"])

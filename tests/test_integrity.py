@@ -8,7 +8,9 @@ import lzma
 import os
 import random
 import subprocess
+import sys
 import tarfile
+import types
 from pathlib import Path
 
 import crc32c
@@ -27,6 +29,8 @@ from ncore_like import (
     UnfinishedArchiveError,
     recover,
 )
+from ncore_like.archive import _checksum
+from ncore_like.archive._checksum import checksum, hardware_checksums, implementation
 from ncore_like.archive._format import BLOCK_SIZE
 from tests.support.archives import rewrite_index
 from tests.support.fixtures import HttpRoot
@@ -57,6 +61,33 @@ def flip(path: Path, offset: int) -> None:
 
 
 # -- checksums written -----------------------------------------------------------------------
+
+
+def test_checksums_are_crc32c_whatever_the_size_alignment_or_continuation() -> None:
+    # The crc32c package is the reference; the package used may fold the data in wide
+    # vector registers, whose paths depend on the size and the alignment.
+    rng = np.random.default_rng(5)
+    for size in (0, 1, 7, 8, 15, 16, 63, 64, 255, 256, 257, 4095, 4096, 65_537, 1 << 20, (1 << 20) + 13):
+        data = rng.bytes(size + 1)
+        assert checksum(data[1:]) == crc32c.crc32c(data[1:]), size
+        assert checksum(memoryview(data)[1:]) == crc32c.crc32c(data[1:]), size
+        assert checksum(bytearray(data)) == crc32c.crc32c(data), size
+        cut = size // 3
+        assert checksum(data[cut:], checksum(data[:cut])) == crc32c.crc32c(data), size
+    assert checksum(bytes(32)) == 0x8A9136AA  # RFC 3720, B.4
+
+
+def test_a_checksum_package_that_misses_known_answers_or_is_missing_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert implementation() == "crc32c-rs" and hardware_checksums()  # installed, and it works here
+    broken = types.ModuleType("crc32c_rs")
+    broken.crc32c = lambda data, value=0: 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "crc32c_rs", broken)
+    name, function = _checksum._pick()
+    assert name == "crc32c" and function(b"123456789", 0) == 0xE3069283  # the check value of CRC-32C
+    monkeypatch.setitem(sys.modules, "crc32c_rs", None)  # not installed
+    assert _checksum._pick()[0] == "crc32c"
 
 
 def test_every_record_carries_its_crc32c_in_the_index_and_its_tar_header(tmp_path: Path) -> None:
@@ -125,12 +156,15 @@ def test_verified_reads_never_hand_out_damaged_bytes(damaged: tuple[Path, dict[s
         assert archive[key] == data[key]
 
 
-def test_unverified_local_reads_are_the_default_and_return_the_stored_bytes(
+def test_local_reads_verify_by_default_and_opting_out_returns_the_stored_bytes(
     damaged: tuple[Path, dict[str, bytes]],
 ) -> None:
     path, data = damaged
-    archive = IndexedTarArchive(path)
-    assert not archive.verify_checksums  # the documented default for local archives
+    assert IndexedTarArchive(path).verify_checksums  # the default, local archives included
+    with pytest.raises(ChecksumError, match="'big'"):
+        IndexedTarArchive(path)["big"]
+    archive = IndexedTarArchive(path, verify_checksums=False)
+    assert not archive.verify_checksums
     assert archive["big"] != data["big"] and len(archive["big"]) == len(data["big"])
 
 

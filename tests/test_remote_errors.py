@@ -4,18 +4,25 @@ named error (``RemoteStorageError``, ``MissingDependencyError``) with the same m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import pickle
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+import s3fs
 from upath import UPath
 
-from ncore_like import IndexedTarArchive, IndexedTarZarrStore
+from ncore_like import ArchiveCollection, IndexedTarArchive, IndexedTarZarrStore
 from ncore_like.errors import MissingDependencyError, RemoteStorageError
-from tests.support.servers import ServerProcess
+from tests.support.fixtures import HttpRoot
+from tests.support.servers import MOTO_REGION, ServerProcess, s3_storage_options, start_http, start_moto
 
 SECRET_KEY, SECRET = "AKIDRECOGNISABLE1234", "s3cr3t-recognisable-5678"
 FAST_FAIL = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}
@@ -93,3 +100,130 @@ def test_reprs_and_errors_of_remote_archives_show_no_credential(s3_bucket: UPath
     except KeyError as error:
         shown.append(str(error))
     assert all(SECRET not in text for text in shown), shown
+
+
+# -- errors of the Python API name the URL ----------------------------------------------------
+
+
+def assert_names_url(error: BaseException, url: str) -> None:
+    """The error carries the URL as ``filename`` and in its message, as the command line
+    says it."""
+    assert isinstance(error, OSError)
+    assert error.filename == url, error.filename
+    assert url in str(error), str(error)
+
+
+def opening_ways(location: UPath, url: str) -> list[Callable[[], object]]:
+    """Every way of opening (and reading) an archive of the Python API."""
+    options = dict(location.storage_options) or None
+    return [
+        lambda: IndexedTarArchive(location),
+        lambda: IndexedTarZarrStore(location, remote_range_reads=True),
+        lambda: asyncio.run(IndexedTarArchive.open_async(location)),
+        lambda: asyncio.run(IndexedTarZarrStore.open_async(location)),
+        lambda: ArchiveCollection([url], storage_options=options).read(0, "a"),
+    ]
+
+
+def test_a_missing_remote_object_names_its_url(s3_bucket: UPath, http_root: HttpRoot) -> None:
+    options = dict(s3_bucket.storage_options)
+    for location in (
+        s3_bucket / "missing.itar",
+        UPath(f"s3://no-such-bucket-{s3_bucket.path}/missing.itar", **options),
+        UPath(f"{http_root.base_url}/missing.itar"),
+    ):
+        url = f"{location.protocol}://{location.path}" if location.protocol == "s3" else str(location)
+        for open_it in opening_ways(location, url):
+            with pytest.raises(FileNotFoundError) as raised:
+                open_it()
+            assert_names_url(raised.value, url)
+            assert "no such file or object" in str(raised.value)
+
+
+def test_an_object_gone_after_opening_names_its_url_on_reads(s3_bucket: UPath) -> None:
+    location = s3_bucket / "gone.itar"
+    with IndexedTarArchive(location, mode="w") as archive:
+        archive["big"] = bytes(1_500_000)  # before the tail read
+        archive["small"] = b"in the tail"
+    url = f"s3://{location.path}"
+    readers = [IndexedTarArchive(location, remote_range_reads=range_reads) for range_reads in (False, True)]
+    location.unlink()
+    for reader in readers:
+        with pytest.raises(FileNotFoundError) as raised:
+            reader.read("big")
+        assert_names_url(raised.value, url)
+        with pytest.raises(FileNotFoundError) as raised:
+            asyncio.run(reader.read_async("big"))
+        assert_names_url(raised.value, url)
+        assert reader.read("small") == b"in the tail"
+
+
+def test_writing_to_a_missing_bucket_names_the_url(s3_bucket: UPath) -> None:
+    location = UPath(f"s3://no-such-bucket-{s3_bucket.path}/new.itar", **s3_bucket.storage_options)
+    url = f"s3://{location.path}"
+    with pytest.raises(FileNotFoundError) as raised:
+        with IndexedTarArchive(location, mode="w") as archive:
+            archive["a"] = b"1"
+    assert_names_url(raised.value, url)
+
+
+def test_remote_storage_errors_carry_the_url_as_filename_also_when_pickled() -> None:
+    from tests.support.servers import _free_port
+
+    url = "s3://bucket/seq.itar"
+    options = {"endpoint_url": f"http://127.0.0.1:{_free_port()}", **FAST_FAIL}
+    with pytest.raises(RemoteStorageError, match="can't reach the storage") as raised:
+        IndexedTarArchive(UPath(url, **options))
+    assert_names_url(raised.value, url)
+    again = pickle.loads(pickle.dumps(raised.value))  # as it comes back from a worker process
+    assert isinstance(again, RemoteStorageError) and again.archive == url
+    assert_names_url(again, url)
+
+
+def test_a_persistent_failure_of_a_read_names_url_and_record(tmp_path: Path) -> None:
+    with IndexedTarArchive(tmp_path / "seq.itar", "w") as archive:
+        archive["frame"] = bytes(300_000)
+    with start_http(tmp_path, faults={number: "503" for number in range(3, 40)}) as server:  # GETs 1-2 open it
+        url = f"{server.endpoint}/seq.itar"
+        reader = IndexedTarArchive(url, index_tail_read_size=None, remote_range_reads=True)
+        with pytest.raises(RemoteStorageError, match=r"record 'frame'.*failed 5 times") as raised:
+            reader["frame"]
+    assert_names_url(raised.value, url)
+
+
+def test_denied_access_names_the_url(aws_test_env: None) -> None:
+    # A moto of its own that checks signatures (after 3 unauthenticated calls to set up a user).
+    with start_moto(extra_env={"INITIAL_NO_AUTH_ACTION_COUNT": "3"}) as moto:
+        iam = boto3.client("iam", endpoint_url=moto.endpoint, region_name=MOTO_REGION)
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="reader", PolicyName="all", PolicyDocument=json.dumps(policy))
+        options = {
+            **s3_storage_options(moto.endpoint),
+            "key": key["AccessKeyId"],
+            "secret": key["SecretAccessKey"],
+            "skip_instance_cache": True,
+        }
+        s3fs.S3FileSystem(**options).call_s3("create_bucket", Bucket="private")
+        url = "s3://private/seq.itar"
+        with IndexedTarArchive(UPath(url, **options), mode="w") as archive:
+            archive["frame"] = bytes(2_000_000)
+        reader = IndexedTarArchive(UPath(url, **options), remote_range_reads=True)
+        wrong = {**options, "secret": SECRET}
+        with pytest.raises(RemoteStorageError, match="access denied") as raised:
+            IndexedTarArchive(UPath(url, **wrong))
+        assert_names_url(raised.value, url)
+        assert SECRET not in str(raised.value)
+        deny = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Action": "s3:GetObject", "Resource": "*"}]}
+        as_reader = boto3.client(
+            "iam",
+            endpoint_url=moto.endpoint,
+            region_name=MOTO_REGION,
+            aws_access_key_id=key["AccessKeyId"],
+            aws_secret_access_key=key["SecretAccessKey"],
+        )
+        as_reader.put_user_policy(UserName="reader", PolicyName="none", PolicyDocument=json.dumps(deny))
+        with pytest.raises(RemoteStorageError, match="record 'frame': access denied") as raised:
+            reader["frame"]
+        assert_names_url(raised.value, url)

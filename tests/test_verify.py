@@ -622,8 +622,8 @@ def test_verify_arrays_names_failing_chunks(tmp_path: Path) -> None:
             record = archive.records[key]
             patch(broken, record.offset, b"\xff" * record.size)
 
-    def arrays_of(location: Path) -> tuple[IndexedTarZarrStore, list[Array]]:
-        store = IndexedTarZarrStore(location)
+    def arrays_of(location: Path, verify_checksums: bool = True) -> tuple[IndexedTarZarrStore, list[Array]]:
+        store = IndexedTarZarrStore(location, verify_checksums=verify_checksums)
         root = store.open_root_group()
         return store, [root.array("values"), root.array("scalar")]
 
@@ -633,7 +633,15 @@ def test_verify_arrays_names_failing_chunks(tmp_path: Path) -> None:
         assert verify_arrays(arrays, archive=str(path), slab_bytes=500, progress=lambda *args: seen.append(args)) == []
         assert sum(advance for _, advance, _ in seen) == 600 * 4 + 2 == seen[0][2]
         assert len(seen) == 5 + 1  # slabs of two chunk rows (480 bytes) and the scalar
-    store, arrays = arrays_of(broken)
+    store, arrays = arrays_of(broken)  # checksums verified (the default): the damage is caught there
+    with store:
+        problems = verify_arrays(arrays, archive=str(broken), slab_bytes=500)
+        assert [(problem.key, problem.array) for problem in problems] == [
+            ("values/4.0", "values"),
+            ("values/9.0", "values"),
+        ]
+        assert problems[0].message.startswith("record 'values/4.0' at offset") and "CRC32C" in problems[0].message
+    store, arrays = arrays_of(broken, verify_checksums=False)  # then decoding fails
     with store:
         problems = verify_arrays(arrays, archive=str(broken), slab_bytes=500)
         assert [(problem.key, problem.array) for problem in problems] == [

@@ -140,12 +140,12 @@ class IndexedTarArchive:
             object; then many threads fetch records concurrently, which suits random access
             to high-latency storage. The buffered file object suits sequential reads of
             nearby records.
-        verify_checksums: Check every record read against the CRC32C stored for it (archives
-            written without checksums, e.g. by nvidia-ncore, have none to check) and raise
-            :class:`~ncore_like.ChecksumError` instead of handing out damaged bytes. Default
-            (``None``): on for remote archives, where it costs nothing measurable, off for
-            local ones, where it adds about a third to a page-cache read of a large record
-            (see the performance page).
+        verify_checksums: Check every record read, local or remote, against the CRC32C
+            stored for it (archives written without checksums, e.g. by nvidia-ncore, have
+            none to check) and raise :class:`~ncore_like.ChecksumError`, naming the archive
+            and the record, instead of handing out damaged bytes. On by default (``None``
+            means the default too); ``False`` saves the checksum's share of a page-cache
+            read (see the performance page).
         checksums: When writing, store the CRC32C of every record (in its tar header, which
             lets :func:`~ncore_like.recover` check records of an unfinished archive, and in
             the index). ``False`` writes archives byte-identical to nvidia-ncore's.
@@ -187,7 +187,7 @@ class IndexedTarArchive:
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         checksums: bool = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
@@ -201,7 +201,6 @@ class IndexedTarArchive:
         source = _open_source(self._location, self._remote_range_reads, self._cache)
         self._source = source
         self._is_remote = source.is_remote
-        self._verify = self._is_remote if verify_checksums is None else bool(verify_checksums)
         try:
             tail, file_size = source.read_tail(self._tail_request_size())
             try:
@@ -223,7 +222,7 @@ class IndexedTarArchive:
         mode: str,
         index_tail_read_size: int | None,
         remote_range_reads: bool,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         cache: RecordCache | None = None,
     ) -> None:
         if mode not in ("r", "w"):
@@ -243,7 +242,7 @@ class IndexedTarArchive:
         self._crcs = None  # None: the archive has no checksums
         self._positions: dict[str, int] = {}
         self._verify_checksums = verify_checksums
-        self._verify = bool(verify_checksums)
+        self._verify = verify_checksums is None or bool(verify_checksums)
         self._cache = cache
         self._cache_version: str | None = None  # of an unpickled archive: the version its index is of
         # Reading: the bytes of the tail read, records prefetched by open_async.
@@ -254,6 +253,7 @@ class IndexedTarArchive:
         self._file_size = 0
         self._index_record: Record | None = None
         self._prefetched: dict[str, bytes] = {}
+        self._checked_whole: set[int] = set()  # records read whole and checked, for range reads
         # Writing: node metadata records, held until close (or flush); what flush wrote of them.
         self._writer = None
         self._metadata: dict[str, bytes] = {}
@@ -371,7 +371,7 @@ class IndexedTarArchive:
         remote_range_reads: bool = False,
         prefetch_keys: Iterable[str] = (),
         *,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
     ) -> IndexedTarArchive:
@@ -404,7 +404,6 @@ class IndexedTarArchive:
         archive = cls.__new__(cls)
         archive._init_state(location, "r", index_tail_read_size, remote_range_reads, verify_checksums, record_cache)
         archive._source, archive._is_remote = source, True
-        archive._verify = True if verify_checksums is None else bool(verify_checksums)
         try:
             tail, file_size = await source.read_tail_async(archive._tail_request_size())
             try:
@@ -558,18 +557,20 @@ class IndexedTarArchive:
         :attr:`verify_checksums` is on."""
         crcs = self._crcs
         position = self._positions[key]
-        if crcs is None:
-            return
-        stored = crcs[position]
-        actual = checksum(data)
-        if actual != stored:
-            raise ChecksumError(
-                f"record {key!r} at offset {self._offsets[position]} doesn't match its CRC32C "
-                f"(stored {stored:08x}, read {actual:08x}): the archive is damaged there",
-                archive=self._name,
-                key=key,
-                offset=self._offsets[position],
-            )
+        if crcs is not None and checksum(data) != crcs[position]:
+            raise self._mismatch(key, position, data)
+
+    def _mismatch(self, key: str, position: int, data: bytes | memoryview) -> ChecksumError:
+        """The error for ``data``, read as record ``key``, that doesn't match its checksum."""
+        assert self._crcs is not None
+        stored, actual, offset = self._crcs[position], checksum(data), self._offsets[position]
+        return ChecksumError(
+            f"record {key!r} at offset {offset} doesn't match its CRC32C "
+            f"(stored {stored:08x}, read {actual:08x}): the archive is damaged there",
+            archive=self._name,
+            key=key,
+            offset=offset,
+        )
 
     def _from_memory(self, key: str, offset: int, start: int, stop: int) -> bytes | None:
         """Bytes ``[start, stop)`` of a record if it is held in memory (a full read of a
@@ -628,6 +629,8 @@ class IndexedTarArchive:
             data = tail[start : start + size]
         else:
             data = self._from_memory(key, offset, 0, size) if self._prefetched or size == 0 else None
+            if data:
+                return data  # prefetched: checked when it was fetched
             if data is None:
                 source = self._source
                 if source is None or self._closed:
@@ -636,11 +639,11 @@ class IndexedTarArchive:
                     data = source.read(offset, size)
                 except RemoteStorageError as error:
                     raise _naming(error, key) from error
+        # Checked at once, on the thread that read it, while the bytes are in the CPU's cache.
         if self._verify:
-            try:
-                self.check_payload(key, data)
-            except ChecksumError as error:
-                data = self._read_again(key, offset, size, error)
+            crcs = self._crcs
+            if crcs is not None and checksum(data) != crcs[position]:
+                data = self._read_again(key, offset, size, self._mismatch(key, position, data))
         return data
 
     def read_into(self, key: str, buffer: memoryview) -> None:
@@ -652,9 +655,10 @@ class IndexedTarArchive:
         offset, size = self._locate(key)
         if len(buffer) != size:
             raise ValueError(f"{self._name}: record {key!r} has {size} bytes, buffer {len(buffer)}")
+        prefetched = key in self._prefetched  # checked when it was fetched
         data = self._from_memory(key, offset, 0, size)
         if data is not None:
-            if self._verify:
+            if self._verify and not prefetched:
                 self.check_payload(key, data)
             buffer[:] = data
             return
@@ -692,15 +696,19 @@ class IndexedTarArchive:
 
     def read_range(self, key: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a record's payload, clipped to the payload (for byte-range
-        requests of zarr stores, e.g. sharded arrays): one read of just those bytes (of the
-        whole record when checksums are verified)."""
+        requests of zarr stores, e.g. sharded arrays): one read of just those bytes. When
+        checksums are verified, the first range read of a record reads and checks it whole,
+        later ones read just their bytes (a shard read chunk by chunk is checked once, not
+        once per chunk)."""
         if self._writer is not None:
             whole = self._read_while_writing(key)
             return whole[slice(*_clipped(start, stop, len(whole)))]
         offset, size = self._locate(key)
         start, stop = _clipped(start, stop, size)
-        if self.verify_checksums:
-            return self.read(key)[start:stop]
+        if self.verify_checksums and self._positions[key] not in self._checked_whole:
+            whole = self.read(key)
+            self._checked_whole.add(self._positions[key])
+            return whole[start:stop]
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data
@@ -712,13 +720,14 @@ class IndexedTarArchive:
         if self._writer is not None:
             return await run_in_worker(self._read_while_writing, key)
         offset, size = self._locate(key)
+        prefetched = key in self._prefetched  # checked when it was fetched
         data = self._from_memory(key, offset, 0, size)
         if data is None:
             try:
                 data = await self._live_source().read_async(offset, size)
             except RemoteStorageError as error:
                 raise _naming(error, key) from error
-        if self._verify:
+        if self._verify and not prefetched:
             try:
                 self.check_payload(key, data)
             except ChecksumError as error:
@@ -732,8 +741,10 @@ class IndexedTarArchive:
             return whole[slice(*_clipped(start, stop, len(whole)))]
         offset, size = self._locate(key)
         start, stop = _clipped(start, stop, size)
-        if self.verify_checksums:
-            return (await self.read_async(key))[start:stop]
+        if self.verify_checksums and self._positions[key] not in self._checked_whole:
+            whole = await self.read_async(key)
+            self._checked_whole.add(self._positions[key])
+            return whole[start:stop]
         data = self._from_memory(key, offset, start, stop)
         if data is not None:
             return data
@@ -785,7 +796,7 @@ class IndexedTarArchive:
 
     @classmethod
     def _resume(
-        cls, path: str, position: int, index: Index, *, verify_checksums: bool | None = None
+        cls, path: str, position: int, index: Index, *, verify_checksums: bool | None = True
     ) -> IndexedTarArchive:
         """An archive being written that continues the partial file of the local archive
         ``path`` after ``position``, holding the records of ``index`` (found there by

@@ -25,6 +25,7 @@ from .._defaults import (
     SCAN_SPAN_BYTES,
     SCAN_SPANS_AHEAD,
 )
+from ..errors import ChecksumError
 from ._archive import IndexedTarArchive
 
 __all__ = ["map_records", "read_records", "scan_records"]
@@ -155,15 +156,23 @@ def _spans(archive: IndexedTarArchive, keys: Iterable[str], span_bytes: int) -> 
         yield current
 
 
-def _read_span(archive: IndexedTarArchive, span: _Span) -> list[tuple[str, bytes]]:
+def _read_span(archive: IndexedTarArchive, span: _Span) -> list[tuple[str, bytes | ChecksumError]]:
+    """The payloads of the span's records, checked on the thread that read them; a record
+    failing its checksum ends the list with its error (raised when its turn comes, after
+    the records before it were handed out)."""
     if span.start == span.end:  # records held in memory (and empty ones)
         return [(key, archive.read(key)) for key, _, _ in span.members]
     data = memoryview(archive.read_span(span.start, span.end - span.start))
-    payloads = []
+    verify = archive.verify_checksums
+    payloads: list[tuple[str, bytes | ChecksumError]] = []
     for key, offset, size in span.members:
         payload = bytes(data[offset - span.start : offset - span.start + size])
-        if archive.verify_checksums:
-            archive.check_payload(key, payload)
+        if verify:
+            try:
+                archive.check_payload(key, payload)
+            except ChecksumError as error:
+                payloads.append((key, error))
+                break
         payloads.append((key, payload))
     return payloads
 
@@ -211,4 +220,7 @@ def _scanned(
         ) as spans,
     ):
         for _, payloads in spans:
-            yield from payloads
+            for key, payload in payloads:
+                if isinstance(payload, ChecksumError):
+                    raise payload
+                yield key, payload

@@ -15,12 +15,13 @@ the whole index.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import stat
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 from .._concurrency import await_on_loop, fsspec_loop, run_in_worker, sync
@@ -28,7 +29,15 @@ from .._defaults import RETRY_ATTEMPTS, RETRY_BASE_DELAY, RETRY_DEADLINE, RETRY_
 from ..errors import ArchiveFormatError, MissingDependencyError, NcoreLikeError, RemoteStorageError
 from ._location import Location
 
-__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "LocalSource", "RecordSource", "is_transient", "remote_failure"]
+__all__ = [
+    "BUFFERED_BLOCK_SIZE",
+    "FsspecSource",
+    "LocalSource",
+    "RecordSource",
+    "is_transient",
+    "remote_errors",
+    "remote_failure",
+]
 
 T = TypeVar("T")
 
@@ -394,13 +403,40 @@ _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "
 _INSTALL = {"s3fs": "pip install 'ncore-like[s3]'"}
 
 
+#: What a missing object (or a folder where an object should be) is, said the way Python
+#: says it of files: fsspec's filesystems raise these with the path alone, or with the
+#: service's message and no name at all.
+_NAMED_OS_ERRORS: dict[type[OSError], tuple[int, str]] = {
+    FileNotFoundError: (errno.ENOENT, "no such file or object"),
+    IsADirectoryError: (errno.EISDIR, "is a directory, not an indexed tar archive"),
+    NotADirectoryError: (errno.ENOTDIR, "a path component is no folder"),
+}
+
+
+def _named(error: OSError, name: str) -> OSError:
+    """``error`` (a missing object...) with the URL ``name`` as its ``filename``, which puts
+    it in the message too; what the service said stays in the message."""
+    if error.filename == name:
+        return error
+    kind = next(kind for kind in _NAMED_OS_ERRORS if isinstance(error, kind))
+    number, what = _NAMED_OS_ERRORS[kind]
+    said = error.strerror or (str(error) if error.args and str(error) not in (name, error.filename) else "")
+    detail = what if not said or said.lower().rstrip(".") == what else f"{what} ({said.rstrip('.')})"
+    return kind(error.errno or number, detail, name)
+
+
 def remote_failure(error: BaseException, name: str) -> BaseException:
     """The error to raise for ``error`` of the remote location ``name``: a
     :class:`~ncore_like.errors.RemoteStorageError` or
-    :class:`~ncore_like.errors.MissingDependencyError` that says what to do, or ``error``
-    itself when it is none of the known failures (missing files stay ``FileNotFoundError``)."""
-    if isinstance(error, NcoreLikeError | FileNotFoundError | IsADirectoryError):
+    :class:`~ncore_like.errors.MissingDependencyError` that says what to do; a missing
+    object's ``FileNotFoundError`` (``IsADirectoryError``...) with the URL as its
+    ``filename`` and in its message; or ``error`` itself when it is none of the known
+    failures."""
+    if isinstance(error, NcoreLikeError):
         return error
+    if isinstance(error, tuple(_NAMED_OS_ERRORS)):
+        assert isinstance(error, OSError)
+        return _named(error, name)
     protocol = name.partition("://")[0] if "://" in name else ""
     if isinstance(error, ImportError):
         package = _PACKAGES.get(protocol)
@@ -431,6 +467,19 @@ def remote_failure(error: BaseException, name: str) -> BaseException:
             archive=name,
         )
     return error
+
+
+@contextlib.contextmanager
+def remote_errors(name: str) -> Iterator[None]:
+    """Raises the failures of the remote location ``name`` within the block as
+    :func:`remote_failure` says them (e.g. an upload's failures)."""
+    try:
+        yield
+    except Exception as error:
+        failure = remote_failure(error, name)
+        if failure is error:
+            raise
+        raise failure from error
 
 
 # -- retries ------------------------------------------------------------------------------------
@@ -490,7 +539,10 @@ def _next_delay(error: Exception, attempt: int, deadline: float, name: str, what
     ``error`` itself if it is permanent, and a :class:`~ncore_like.errors.RemoteStorageError`
     naming the attempts when they or the time are used up."""
     if not is_transient(error):
-        raise error
+        failure = remote_failure(error, name)  # a missing object, denied access... named
+        if failure is error:
+            raise error
+        raise failure from error
     if attempt == 1 and _http_status(error) is None:
         delay = 0.0  # a connection failure, not an answer saying the service is overloaded
     else:

@@ -45,7 +45,7 @@ from ._format import (
     tar_end,
 )
 from ._location import Location
-from ._sources import remote_failure
+from ._sources import remote_errors
 
 __all__ = ["PARTIAL_SUFFIX", "ArchiveWriter", "partial_path"]
 
@@ -144,18 +144,14 @@ class _FileSink:
     def __init__(self, location: Location) -> None:
         upath = location.upath
         self._name = location.name
-        try:
+        with remote_errors(self._name):  # no credentials, no endpoint, s3fs missing...
             self._file: Any = upath.fs.open(upath.path, "wb")
-        except Exception as error:  # no credentials, no endpoint, s3fs missing...
-            failure = remote_failure(error, self._name)
-            if failure is error:
-                raise
-            raise failure from error
 
     def write(self, buffers: Sequence[_Buffer], total: int) -> None:
-        for buffer in buffers:
-            if len(buffer):
-                self._file.write(buffer)
+        with remote_errors(self._name):  # an upload's part may fail (no such bucket...)
+            for buffer in buffers:
+                if len(buffer):
+                    self._file.write(buffer)
 
     def read_back(self, offset: int, size: int) -> bytes:
         raise ValueError(f"{self._name}: records of a remote archive being written can't be read before it is closed")
@@ -163,10 +159,12 @@ class _FileSink:
     def flush(self) -> None:
         # Uploads what is buffered (e.g. a multipart part); the object still appears only
         # when the upload completes.
-        self._file.flush()
+        with remote_errors(self._name):
+            self._file.flush()
 
     def publish(self) -> None:
-        self._file.close()
+        with remote_errors(self._name):
+            self._file.close()
 
     def release(self) -> None:
         self.abort()  # an unfinished upload can't be resumed: nothing to keep

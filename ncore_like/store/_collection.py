@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, Location
 from ..archive._cache import CacheOption, as_cache
 from ._itar_store import IndexedTarZarrStore
@@ -46,6 +47,15 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         max_open: Archives kept open at once per process (least recently used closed).
         cache: A :class:`~ncore_like.RecordCache` (or the path of its folder) that the remote
             archives read through, in every process (see the remote page).
+        index_tail_read_size: Bytes read from the end of each archive when it is opened
+            (see :class:`~ncore_like.IndexedTarArchive`).
+        remote_range_reads: Fetch each record of a remote archive with one exact range
+            request, what random access from many workers wants (see
+            :class:`~ncore_like.IndexedTarArchive`).
+        verify_checksums: Check every record read against its CRC32C (the default) and
+            raise :class:`~ncore_like.ChecksumError` for a damaged one.
+
+    The options travel with the collection into worker processes.
     """
 
     def __init__(
@@ -55,6 +65,9 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         storage_options: Mapping[str, Any] | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         cache: CacheOption = None,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
+        remote_range_reads: bool = False,
+        verify_checksums: bool | None = True,
     ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be positive, got {max_open}")
@@ -65,6 +78,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         self._options = options
         self._max_open = max_open
         self._cache = as_cache(cache)
+        self._open_options = (index_tail_read_size, bool(remote_range_reads), verify_checksums)
         self._init_open()
 
     def _init_open(self) -> None:
@@ -75,12 +89,18 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
     # -- pickling: the locations only; each process opens what it reads ---------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        options, cache = self._options, self._cache
-        return {"locations": self._locations, "options": options, "max_open": self._max_open, "cache": cache}
+        return {
+            "locations": self._locations,
+            "options": self._options,
+            "max_open": self._max_open,
+            "cache": self._cache,
+            "open": self._open_options,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._locations, self._options, self._max_open = state["locations"], state["options"], state["max_open"]
         self._cache = state.get("cache")
+        self._open_options = state.get("open", (TAIL_READ_SIZE, False, True))
         self._init_open()
 
     # -- the archives ---------------------------------------------------------------------
@@ -111,7 +131,15 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         location = self._locations[index]
         remote = Location(location).local is None
         # Outside the lock: opening may take a request.
-        opened = IndexedTarZarrStore(location, storage_options=self._options if remote else None, cache=self._cache)
+        tail, range_reads, verify = self._open_options
+        opened = IndexedTarZarrStore(
+            location,
+            index_tail_read_size=tail,
+            remote_range_reads=range_reads,
+            verify_checksums=verify,
+            storage_options=self._options if remote else None,
+            cache=self._cache,
+        )
         with self._lock:
             store = self._open.setdefault(index, opened)  # another thread may have been first
             self._open.move_to_end(index)

@@ -53,7 +53,7 @@ class IndexedTarZarrStore(Store):
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         checksums: bool = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
@@ -93,7 +93,7 @@ class IndexedTarZarrStore(Store):
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
     ) -> IndexedTarZarrStore:

@@ -70,7 +70,7 @@ class ItarZarrStore(SyncZarrStore):
         read_only: bool | None = None,
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
-        verify_checksums: bool | None = None,
+        verify_checksums: bool | None = True,
         node_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(itar, IndexedTarArchive):
