@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
     )
     from .errors import (
         ArchiveClosedError as ArchiveClosedError,
+        ArchiveExistsError as ArchiveExistsError,
         ArchiveFormatError as ArchiveFormatError,
         ChecksumError as ChecksumError,
         ConsolidatedMetadataError as ConsolidatedMetadataError,
@@ -73,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         [
             "ArchiveClosedError",
+            "ArchiveExistsError",
             "ArchiveFormatError",
             "ChecksumError",
             "ConsolidatedMetadataError",

@@ -18,6 +18,7 @@ from typing import Any
 
 __all__ = [
     "ArchiveClosedError",
+    "ArchiveExistsError",
     "ArchiveFormatError",
     "ChecksumError",
     "ConsolidatedMetadataError",
@@ -111,6 +112,12 @@ class ConsolidatedMetadataError(NcoreLikeError, ValueError):
 class UnfinishedArchiveError(NcoreLikeError, FileExistsError):
     """Writing an archive found the unfinished (partial) file of an earlier writer of the
     same name, which it never overwrites: recover it (:func:`ncore_like.recover`) or delete it."""
+
+
+class ArchiveExistsError(NcoreLikeError, FileExistsError):
+    """Exclusive creation (``mode="x"``/``"w-"``, ``ncore-like pack`` without
+    ``--overwrite``, recovery) found a file or object at the archive's name, which it never
+    replaces."""
 
 
 class RemoteStorageError(NcoreLikeError, OSError):

@@ -28,7 +28,7 @@ from ncore_like.backend import is_blob
 from ncore_like.cli import main, render_tree
 from ncore_like.store import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
 from tests.support import zarr_api
-from tests.support.archives import FOREIGN_MESSAGES, foreign_files, rewrite_index
+from tests.support.archives import FOREIGN_MESSAGES, die, foreign_files, rewrite_index
 from tests.support.zarr_version import zarr3_only
 
 REPO = Path(__file__).resolve().parent.parent
@@ -741,7 +741,10 @@ def test_bad_archives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         for command in ("info", "ls", "verify", "tree", "pack"):
             code, out, err = cli(capsys, command, str(path), *([str(tmp_path / "p.itar")] if command == "pack" else []))
             assert code == 1 and out == "" and re.search(FOREIGN_MESSAGES[kind], err), (command, err)
-            assert err.count(str(path)) == 1 + ("zip://FOLDER::" in err), err  # named once (and in the advice)
+            in_advice = "zip://FOLDER::" in err or f"tar -xf {path} -C FOLDER" in err
+            assert err.count(str(path)) == 1 + in_advice, err  # named once (and in the advice)
+            if "tar -xf" in err:  # the advice is safe as printed: a new folder, never files that exist
+                assert "mkdir FOLDER && tar -xf" in err, err
 
     raw = tmp_path / "raw.itar"
     with IndexedTarArchive(raw, "w") as writer:
@@ -821,6 +824,7 @@ def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     root = store.create_root_group({"sequence": "s-9"})
     root.create_array("poses", np.arange(12.0).reshape(3, 4), compression=None)
     store.flush()
+    die(store.archive)
     with open(f"{path}.partial", "ab") as file:
         file.write(b"\x00torn" * 100)  # what a writer killed mid-record leaves
     code, out, err = cli(capsys, "recover", str(path))
@@ -950,15 +954,23 @@ def test_pack_many_sources_on_a_cluster_resumes_and_reports_failures(
             consolidated=False
         )
         assert_same_hierarchy(source_root, packed)
-    # Resumed: verified archives are skipped, a damaged one is packed again.
+    # Resumed: verified archives are skipped; a damaged one is never replaced without
+    # --overwrite (it may be someone's only copy), and said so.
     damaged = out_dir / "drive-1.itar"
     with IndexedTarArchive(damaged) as archive:
         record = archive.records["values/0.0"]
     with damaged.open("r+b") as file:
         file.seek(record.offset)
         file.write(b"\xff\xff\xff\xff")
+    before = damaged.read_bytes()
     code, _, err = cli(capsys, *argv[:-2], str(out_dir))  # the sources that exist
-    assert code == 0 and "1 packed, 2 skipped (verified), 0 failed" in err
+    assert code == 1 and "0 packed, 2 skipped (verified), 1 failed" in err, err
+    assert "drive-1.zarr" in err and "is not an archive that verifies" in err and "--overwrite" in err
+    assert damaged.read_bytes() == before
+    # --overwrite packs every source again.
+    argv = ["pack", "-q", "--overwrite", "--cluster-workers", "2", *sources[:2], str(out_dir)]
+    code, _, err = cli(capsys, *argv)
+    assert code == 0 and "2 packed, 0 skipped (verified), 0 failed" in err, err
     np.testing.assert_array_equal(
         opened(damaged)[1].array("values").read(), np.arange(200, dtype=np.int32).reshape(50, 4)
     )

@@ -1,6 +1,7 @@
 """Writers killed with SIGKILL at random points: nothing half-written appears at the
 archive's name, and ``recover`` gets back every record written before the last ``flush()``
-returned, with no wrong byte."""
+returned, with no wrong byte. Writers killed or interrupted (SIGKILL, SIGINT, SIGTERM)
+while replacing an archive leave it as it was, byte for byte."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from tests.support.killed_writer import key, payload
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_and_kill(args: list[str], kill_after: int, delay: float) -> list[str]:
-    """Runs the writer, SIGKILLs it after ``kill_after`` lines of its log (plus ``delay``
-    seconds), and returns the lines it printed."""
+def run_and_kill(args: list[str], kill_after: int, delay: float, signal_number: int = signal.SIGKILL) -> list[str]:
+    """Runs the writer, signals it (SIGKILL by default) after ``kill_after`` lines of its
+    log (plus ``delay`` seconds), and returns the lines it printed."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.support.killed_writer", *args],
         cwd=REPO,
@@ -44,9 +45,12 @@ def run_and_kill(args: list[str], kill_after: int, delay: float) -> list[str]:
             lines.append(line.strip())
         time.sleep(delay)
     finally:
-        process.send_signal(signal.SIGKILL)
-        rest, _ = process.communicate(timeout=60)
-    lines += [line.strip() for line in rest.splitlines() if line.strip()]
+        process.send_signal(signal_number)
+        process.wait(timeout=60)
+    # The rest through the same text stream: readline() may have buffered lines already,
+    # which communicate() (reading the pipe itself) would lose, e.g. "closing".
+    lines += [line.strip() for line in process.stdout.read().splitlines() if line.strip()]
+    process.stdout.close()
     return lines
 
 
@@ -112,6 +116,46 @@ def test_killed_hierarchy_writers_recover_a_consolidated_hierarchy(tmp_path: Pat
         np.testing.assert_array_equal(frames.array(name).read(), np.frombuffer(data[f"frames/{name}"], np.uint8))
 
 
+@pytest.mark.parametrize("mode", ["records", "hierarchy"])
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=["KILL", "INT", "TERM"])
+def test_writers_stopped_by_a_signal_leave_the_archive_they_replace_as_it_was(
+    tmp_path: Path, mode: str, signal_number: int
+) -> None:
+    rng = random.Random(f"{mode}{signal_number}")
+    count, flush_every = 24, 5
+    for attempt in range(3):
+        path = tmp_path / f"{attempt}" / "old.itar"
+        path.parent.mkdir()
+        with IndexedTarZarrStore(path, mode="w") as store:  # the intact archive at the name
+            store.create_root_group({"old": True}).create_array("a", np.arange(1000.0))
+            store.consolidate()
+        before = path.read_bytes()
+        # Stopped while writing records, after a flush, or while closing (the last lines).
+        kill_after = rng.randrange(1, count + count // flush_every + 2)
+        lines = run_and_kill(
+            [str(path), str(attempt), str(count), str(flush_every), mode], kill_after, rng.random() / 50, signal_number
+        )
+        if "closing" in lines and path.read_bytes() != before:
+            # Closed before the signal (perhaps before it could log "closed"): the new
+            # archive, complete.
+            data = expected(attempt, count)
+            if mode == "records":
+                archive = IndexedTarArchive(path, verify_checksums=True)
+                assert all(archive[key(index)] == data[key(index)] for index in range(count))
+            else:
+                frames = IndexedTarZarrStore(path, verify_checksums=True).open_root_group().group("frames")
+                for index in range(count):
+                    written = frames.array(key(index).rpartition("/")[2]).read()
+                    np.testing.assert_array_equal(written, np.frombuffer(data[key(index)], np.uint8))
+            continue
+        assert path.read_bytes() == before, lines
+        # What it wrote is in its partial file, which recovery never writes over the archive.
+        if (tmp_path / f"{attempt}" / "old.itar.partial").exists():
+            with pytest.raises(FileExistsError):
+                recover(path)
+            assert path.read_bytes() == before
+
+
 def test_a_hierarchy_killed_before_its_first_flush_is_recovered_without_consolidation(tmp_path: Path) -> None:
     path = tmp_path / "e.itar"
     run_and_kill([str(path), "1", "30", "0", "hierarchy"], 10, 0.0)
@@ -139,6 +183,38 @@ def test_a_failed_with_block_leaves_no_object(s3_bucket: UPath) -> None:
     with IndexedTarArchive(s3_bucket / "f.itar", mode="w") as archive:
         archive["a"] = b"1"
     assert _exists(s3_bucket, "f.itar") and IndexedTarArchive(s3_bucket / "f.itar")["a"] == b"1"
+
+
+@pytest.mark.s3
+def test_a_failed_overwrite_leaves_the_object_as_it_was(s3_bucket: UPath) -> None:
+    target = s3_bucket / "o.itar"
+    with IndexedTarArchive(target, mode="w") as archive:
+        archive["a"] = b"old"
+    before = target.read_bytes()
+    with pytest.raises(RuntimeError), IndexedTarArchive(target, mode="w") as archive:
+        archive["a"] = os.urandom(12 << 20)  # several multipart parts on their way
+        archive.flush()
+        raise RuntimeError("source failed")
+    assert target.read_bytes() == before
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGINT], ids=["KILL", "INT"])
+def test_a_writer_stopped_mid_upload_leaves_the_object_it_replaces(
+    s3_bucket: UPath, s3_storage_options: dict[str, Any], signal_number: int
+) -> None:
+    target = s3_bucket / "k.itar"
+    with IndexedTarArchive(target, mode="w") as archive:
+        archive["old"] = b"the archive that was there"
+    before = target.read_bytes()
+    options = {**s3_storage_options, "default_block_size": 5 << 20}
+    lines = run_and_kill([str(target), "3", "60", "0", "records", json.dumps(options)], 50, 0.0, signal_number)
+    assert "closed" not in lines
+    target.fs.invalidate_cache()
+    assert target.read_bytes() == before
+    if signal_number == signal.SIGINT:  # the interrupted writer abandoned its upload as it exited
+        uploads = target.fs.call_s3("list_multipart_uploads", Bucket=s3_bucket.path.strip("/"))
+        assert not uploads.get("Uploads"), uploads
 
 
 @pytest.mark.s3

@@ -7,6 +7,8 @@ import asyncio
 import lzma
 import os
 import random
+import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -19,6 +21,7 @@ import pytest
 from upath import UPath
 
 from ncore_like import (
+    ArchiveExistsError,
     ArchiveFormatError,
     BloscCompression,
     ChecksumError,
@@ -32,7 +35,8 @@ from ncore_like import (
 from ncore_like.archive import _checksum
 from ncore_like.archive._checksum import checksum, hardware_checksums, implementation
 from ncore_like.archive._format import BLOCK_SIZE
-from tests.support.archives import rewrite_index
+from ncore_like.cli import main as cli_main
+from tests.support.archives import die, rewrite_index
 from tests.support.fixtures import HttpRoot
 
 
@@ -284,10 +288,20 @@ def test_a_failed_with_block_publishes_nothing_and_keeps_the_old_archive(tmp_pat
     assert path.read_bytes() == before
     # The records written are on disk in the partial file, for recovery.
     assert (tmp_path / "p.itar.partial").exists()
-    with pytest.raises(UnfinishedArchiveError, match="recover"):
+    with pytest.raises(UnfinishedArchiveError, match="recover") as unfinished_error:
         IndexedTarArchive(path, mode="w")
-    report = recover(path)
-    assert report.records == 1 and IndexedTarArchive(path).keys() == ["new"]
+    # Recovering in place would replace the intact archive: refused, naming both files.
+    with pytest.raises(ArchiveExistsError) as refused:
+        recover(path)
+    assert str(path) in str(refused.value) and f"{path}.partial" in str(refused.value)
+    assert isinstance(refused.value, FileExistsError) and path.read_bytes() == before
+    # The command the writer's error suggests is safe as printed: it recovers beside it.
+    command = re.search(r"`ncore-like (recover [^`]+)`", str(unfinished_error.value))
+    assert command is not None, unfinished_error.value
+    assert cli_main(shlex.split(command.group(1))) == 0
+    assert path.read_bytes() == before
+    assert IndexedTarArchive(tmp_path / "p.recovered.itar")["new"] == b"new"
+    assert not (tmp_path / "p.itar.partial").exists()
 
 
 def test_abort_discards_the_partial_file(tmp_path: Path) -> None:
@@ -333,6 +347,7 @@ def unfinished(path: Path, data: dict[str, bytes]) -> IndexedTarArchive:
     for key, value in data.items():
         archive[key] = value
     archive.flush()
+    die(archive)
     return archive
 
 

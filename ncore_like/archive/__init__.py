@@ -8,7 +8,7 @@ Bulk reads and verification of whole archives are imported on first use (see
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._archive import IndexedTarArchive, IndexTailRetention, Record
+from ._archive import IndexedTarArchive, IndexTailRetention, OpenMode, Record
 from ._format import is_node_metadata_key
 from ._location import Location
 
@@ -49,6 +49,7 @@ __all__ = [
     "IndexTailRetention",
     "IndexedTarArchive",
     "Location",
+    "OpenMode",
     "Problem",
     "Record",
     "RecordCache",

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "Record"]
 
 IndexTailRetention = Literal["release_if_consolidated", "release_after_opening", "keep_complete_archives", "keep"]
+#: ``"r"`` reads; ``"w"`` creates or replaces; ``"w-"`` and ``"x"`` create, never replacing.
+OpenMode = Literal["r", "w", "w-", "x"]
+_MODES = frozenset(get_args(OpenMode))
 _RETENTIONS = frozenset(get_args(IndexTailRetention))
 DecodedIndex = tuple[Index, dict[str, int]]
 # Decoding the index of a 20,000-record archive (xz, then CBOR, then the key lookup table)
@@ -130,7 +133,12 @@ class IndexedTarArchive:
             fsspec filesystem (storage options of a ``UPath`` are used).
         storage_options: Options of the URL's filesystem (as fsspec takes them, e.g.
             ``{"endpoint_url": ..., "anon": True}``); a ValueError for local paths.
-        mode: ``"r"`` reads an existing archive, ``"w"`` creates (truncates) and writes one.
+        mode: ``"r"`` reads an existing archive, ``"w"`` creates (truncates) and writes one;
+            ``"w-"`` (zarr-python's spelling) or ``"x"`` creates one and refuses to replace
+            an existing file (:class:`~ncore_like.ArchiveExistsError`, a
+            ``FileExistsError``), when opening and again, race-free for local files, when
+            publishing it at close. Whatever the mode, an archive at the name is replaced
+            only by a successful close.
         index_tail_read_size: Bytes read from the end of the file in one I/O call when
             opening: the index header and, usually, the compressed index and the node
             metadata records. ``None`` or values below 512 read the header block and the
@@ -162,7 +170,8 @@ class IndexedTarArchive:
     archive opened for writing must be closed (or used as a context manager) to be
     readable. A local archive is written under a partial name (``<name>.partial``) and
     appears at its name only when :meth:`close` has put it on disk completely; a remote one
-    when its upload completes. If the ``with`` block of a writer raises, nothing is
+    when its upload completes. Until then an archive already at the name stays as it was,
+    whatever happens to the writer. If the ``with`` block of a writer raises, nothing is
     published: the partial file of a local archive stays, with every record written so far
     on disk, for :func:`~ncore_like.recover` (:meth:`abort` discards it instead).
 
@@ -183,7 +192,7 @@ class IndexedTarArchive:
     def __init__(
         self,
         itar_path: str | PurePath | UPath | Location,
-        mode: Literal["r", "w"] = "r",
+        mode: OpenMode = "r",
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,
@@ -194,8 +203,8 @@ class IndexedTarArchive:
     ) -> None:
         location = Location(itar_path, storage_options)
         self._init_state(location, mode, index_tail_read_size, remote_range_reads, verify_checksums, as_cache(cache))
-        if mode == "w":
-            self._writer = ArchiveWriter(self._location, checksums=checksums)
+        if mode != "r":
+            self._writer = ArchiveWriter(self._location, checksums=checksums, exclusive=mode in ("w-", "x"))
             self._crcs = self._writer.crcs
             return
         source = _open_source(self._location, self._remote_range_reads, self._cache)
@@ -225,8 +234,8 @@ class IndexedTarArchive:
         verify_checksums: bool | None = True,
         cache: RecordCache | None = None,
     ) -> None:
-        if mode not in ("r", "w"):
-            raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r' or 'w')")
+        if mode not in _MODES:
+            raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r', 'w', 'w-' or 'x')")
         self._location = location
         self._name = location.name
         self._mode: Literal["r", "w"] = "r" if mode == "r" else "w"
@@ -256,6 +265,7 @@ class IndexedTarArchive:
         self._checked_whole: set[int] = set()  # records read whole and checked, for range reads
         # Writing: node metadata records, held until close (or flush); what flush wrote of them.
         self._writer = None
+        self._published = False
         self._metadata: dict[str, bytes] = {}
         self._metadata_written: dict[str, bytes] = {}
 
@@ -462,7 +472,7 @@ class IndexedTarArchive:
 
     @property
     def mode(self) -> Literal["r", "w"]:
-        """``"r"`` if opened for reading, ``"w"`` if opened for writing."""
+        """``"r"`` if opened for reading, ``"w"`` if opened for writing (in any writing mode)."""
         return self._mode
 
     @property
@@ -853,9 +863,12 @@ class IndexedTarArchive:
     def abort(self) -> None:
         """Stops writing and discards the archive: the partial file of a local archive is
         deleted, a remote upload is aborted; nothing appears at the archive's name (an
-        archive there stays as it was). No-op for readers and closed archives."""
+        archive there stays as it was). Also discards what a failed :meth:`close` or ``with``
+        block left for recovery. A partial file finished by :func:`~ncore_like.recover` is
+        kept (it holds an earlier writer's records). No-op for readers and published
+        archives."""
         with self._lock:
-            if self._closed or self._writer is None:
+            if self._writer is None or self._published:
                 return
             self._closed = True
             self._writer.abort()
@@ -883,6 +896,7 @@ class IndexedTarArchive:
                 self._write_metadata()
                 writer.finish(*self._live_index())
                 writer.publish()
+                self._published = True
             except BaseException:
                 writer.release()  # the partial file stays for recovery
                 raise

@@ -278,8 +278,9 @@ def foreign_file(head: bytes | memoryview, tail: bytes | memoryview, file_size: 
     for magic, compression in _COMPRESSED_MAGIC.items():
         if head.startswith(magic):
             return (
-                f"a {compression}-compressed file, not an indexed tar archive; decompress it (e.g. tar -xf for "
-                "a compressed tar file) and pack the zarr folder: ncore-like pack FOLDER OUT.itar"
+                f"a {compression}-compressed file, not an indexed tar archive; decompress it (a compressed tar file "
+                f"into a new folder: mkdir FOLDER && tar -xf {name} -C FOLDER) and pack the zarr folder: "
+                "ncore-like pack FOLDER OUT.itar"
             )
     # tar's end: two zero blocks (as far as the tail read shows), in a file of whole blocks (an
     # archive cut short in a run of zeros is told apart where the size is known).
@@ -288,7 +289,8 @@ def foreign_file(head: bytes | memoryview, tail: bytes | memoryview, file_size: 
     if head[257:262] == b"ustar" and ends and (file_size is None or file_size % BLOCK_SIZE == 0):
         return (
             "a plain tar file, not an indexed tar archive (no index follows its end-of-archive blocks: written "
-            "by tar, or an archive cut short before its index); unpack it (tar -xf) and pack the zarr folder: "
+            f"by tar, or an archive cut short before its index); unpack it into a new folder (mkdir FOLDER && "
+            f"tar -xf {name} -C FOLDER: mkdir refuses a folder that exists) and pack the zarr folder: "
             "ncore-like pack FOLDER OUT.itar"
         )
     return None

@@ -124,7 +124,8 @@ def _refuse_unsafe_links(url: str) -> None:
         if protocol in _UNSAFE_PROTOCOLS:
             raise ValueError(
                 f"{url}: fsspec's {protocol}:// filesystem reads every member through one shared file, which "
-                f"concurrent reads garble; unpack the {protocol} file (tar -xf) and use its files"
+                f"concurrent reads garble; unpack the {protocol} file into a new folder (mkdir FOLDER && tar -xf "
+                f"FILE -C FOLDER) and use its files"
             )
 
 

@@ -5,9 +5,14 @@ and every record's tar header carries the CRC32C of its payload. :func:`recover_
 walks the tar headers of such a file forward from offset 0 (the index, written last, is
 missing), keeps every complete record whose payload matches its checksum, drops the torn
 last record and whatever follows it, and returns an archive being written that holds the
-kept records: closing it appends the index and publishes it at the final name. The
-records are not copied: the partial file is cut after the last record kept and finished in
-place, so recovery reads the file once (to check the checksums) and writes only the index.
+kept records: closing it appends the index and publishes it at the final name, or at
+another name given. Recovery never replaces a file: when one is at the name to write
+(e.g. an intact older archive beside the partial file of a failed overwrite), it is
+refused before anything changes, and the recovered archive is published without
+replacing anything (see :mod:`ncore_like.archive._writer`). A partial file that a running
+writer holds is refused too. The records are not copied: the partial file is cut after the
+last record kept and finished in place, so recovery reads the file once (to check the
+checksums) and writes only the index.
 A record whose payload doesn't match its checksum is dropped; then the kept records are
 copied to a new partial file instead, so that the recovered archive holds no damaged
 member.
@@ -19,24 +24,25 @@ once in the file; the last complete one counts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import IO, TYPE_CHECKING
 
-from ..errors import ArchiveFormatError, NcoreLikeError
+from ..errors import ArchiveExistsError, ArchiveFormatError, NcoreLikeError, UnfinishedArchiveError
 from ._archive import IndexedTarArchive
 from ._checksum import checksum
 from ._format import BLOCK_SIZE, Index, header_checksum
 from ._location import Location
 from ._verify import TarMember, TarStop, scan_tar
-from ._writer import PARTIAL_SUFFIX, partial_path
+from ._writer import PARTIAL_SUFFIX, being_written, link_no_clobber, partial_path, recover_command
 
 if TYPE_CHECKING:
     from upath import UPath
 
-__all__ = ["RecoveryReport", "find_partial", "recover_records"]
+__all__ = ["RecoveryReport", "find_partial", "recover_records", "remove_copied_source"]
 
 #: Payload bytes read at once while checking a record (bounds memory for huge records).
 _READ_PIECE = 16 << 20
@@ -139,26 +145,42 @@ def _scan(file: IO[bytes], report: RecoveryReport) -> Iterator[_Kept]:
 
 
 def recover_records(
-    path: str | PurePath | UPath, dest: str | PurePath | None = None
+    path: str | PurePath | UPath, output: str | PurePath | None = None
 ) -> tuple[IndexedTarArchive, RecoveryReport]:
     """Recovers the records of an unfinished local archive.
 
     Args:
         path: The archive's name (its partial file is found beside it) or the partial file.
-        dest: Where to write the recovered archive (default: the archive's own name, by
-            finishing the partial file in place).
+        output: Where to write the recovered archive (default: the archive's own name, by
+            finishing the partial file in place). Nothing may exist there.
 
     Returns:
         An archive being written that holds the records kept (add records, e.g. metadata,
         then :meth:`~IndexedTarArchive.close` it to publish it; :meth:`~IndexedTarArchive.abort`
         to give up), and the report.
+
+    Raises:
+        ArchiveExistsError: If a file is at the name to write (nothing is changed).
+        UnfinishedArchiveError: If a running writer holds the partial file.
     """
     partial, final = find_partial(path)
-    target = final if dest is None else Location(dest).local
+    target = final if output is None else Location(output).local
     if target is None:
-        raise ValueError(f"{dest}: recovered archives are written to local files")
+        raise ValueError(f"{output}: recovered archives are written to local files")
     if os.path.realpath(target) == os.path.realpath(partial):
-        raise ValueError(f"{dest}: the recovered archive can't be written over the file it is recovered from")
+        raise ValueError(f"{output}: the recovered archive can't be written over the file it is recovered from")
+    if os.path.lexists(target):
+        raise ArchiveExistsError(
+            f"exists already, and recovery never replaces a file; recover {partial} beside it: "
+            f"`{recover_command(partial, target)}` (ncore_like.recover(..., output=...))",
+            archive=target,
+        )
+    if being_written(partial):
+        raise UnfinishedArchiveError(
+            f"{partial} is being written by a writer that is running now: recover it only after that writer "
+            "has died (it may still close it)",
+            archive=final,
+        )
     report = RecoveryReport(source=partial, archive=target)
     with open(partial, "rb") as file:
         size = file.seek(0, os.SEEK_END)
@@ -178,22 +200,47 @@ def recover_records(
         [kept.size for kept in records],
         [kept.crc for kept in records],
     )
-    if dest is None and not report.damaged:
+    in_place = os.path.realpath(target) == os.path.realpath(final)
+    if in_place and not report.damaged:
         return IndexedTarArchive._resume(final, report.end, index), report
     source = partial
-    if dest is None:
+    if in_place:
         # The kept records are copied to a new partial file of the same name: the damaged
         # one moves aside (kept, never deleted by recovery).
-        source = partial + ".damaged"
-        os.replace(partial, source)
+        source = _move_aside(partial)
         report.source = source
         report.notes.append(f"the unfinished file with damaged records was kept as {source}")
     return _copy(source, target, records), report
 
 
+def _move_aside(partial: str) -> str:
+    """Renames ``partial`` to a free ``<partial>.damaged[-N]`` name (never replacing the
+    file of an earlier recovery)."""
+    for number in range(1, 1000):
+        name = f"{partial}.damaged" + ("" if number == 1 else f"-{number}")
+        try:
+            link_no_clobber(partial, name)
+        except FileExistsError:
+            continue
+        return name
+    raise FileExistsError(errno.EEXIST, "no free name to keep the damaged unfinished file under", partial)
+
+
+def remove_copied_source(report: RecoveryReport) -> None:
+    """After the archive recovered by copying records was published: removes the unfinished
+    file they were copied from, which holds nothing more (a file with damaged records is
+    kept; in-place recovery consumed its file already)."""
+    in_place = os.path.realpath(report.source) == os.path.realpath(partial_path(report.archive))
+    if in_place or report.damaged or not report.source.endswith(PARTIAL_SUFFIX):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(report.source)
+        report.notes.append(f"removed {report.source}: its records are all in {report.archive}")
+
+
 def _copy(partial: str, target: str, records: list[_Kept]) -> IndexedTarArchive:
     """A new archive at ``target`` holding copies of ``records`` of the partial file."""
-    archive = IndexedTarArchive(target, mode="w")
+    archive = IndexedTarArchive(target, mode="x")
     try:
         with open(partial, "rb") as file:
             for kept in records:

@@ -5,36 +5,49 @@ The writer only needs its own position: payload offsets follow from the sizes of
 headers it writes, so it works on any file object that can be written sequentially
 (local files, S3 multipart uploads, ...).
 
-Crash safety:
+The name of an archive changes only when a writer publishes a complete archive there: a
+failure, a signal or a killed process before that leaves whatever was at the name (an
+older archive, or nothing) exactly as it was.
 
 * A local archive is written under its *partial name* (:func:`partial_path`:
   ``sequence.itar.partial`` beside ``sequence.itar``) and renamed to its final name by
   :meth:`ArchiveWriter.publish`, after its bytes are on disk (``fsync`` of the file, then of
-  the folder after the rename). Until then nothing exists at the final name, and an
-  archive already there stays untouched. A partial file found when writing starts is the
+  the folder after the rename). A partial file found when writing starts is the
   unfinished archive of an earlier writer: it is never overwritten (recover it or delete
-  it).
+  it). The writer holds an exclusive ``flock`` on its partial file while it writes, which
+  tells a running writer's file from a dead one's (:func:`being_written`).
+* Exclusive creation publishes with a hard link, which fails if the name exists, so of two
+  writers of one name exactly one wins and nothing is replaced (filesystems without hard
+  links: a check, then the rename, which is not race-free).
 * Every record's tar header carries the CRC32C of its payload (see
   :func:`~ncore_like.archive._format.member_header`), so the records of a partial file can
   be recovered by scanning it, without its index; :meth:`ArchiveWriter.flush` makes every
-  record written so far durable.
-
-The CRC32C of a payload is computed on the writing thread, before its header is written
-(the header carries it, and a stream can't be patched afterwards).
-* A remote archive is an upload that becomes an object only when it completes
-  (:meth:`ArchiveWriter.publish`); :meth:`ArchiveWriter.abort` abandons it (an S3 multipart
-  upload is aborted), and so does a killed process, which never completes it.
+  record written so far durable. The CRC32C of a payload is computed on the writing thread,
+  before its header is written (the header carries it, and a stream can't be patched
+  afterwards).
+* On object storage (S3; GCS and Azure Blob alike, untested) an archive is an upload
+  that becomes an object only when :meth:`ArchiveWriter.publish` commits it;
+  :meth:`ArchiveWriter.abort` abandons it (an S3 multipart upload is aborted), and so do a
+  writer dropped without closing and one left at exit; a killed process never completes
+  it. Exclusive creation asks S3 to complete the upload only if no object
+  has the name (``If-None-Match``), which is atomic. Other fsspec filesystems (memory,
+  SFTP...) write a file under the partial name and move it to the final name when it is
+  complete; there exclusive creation is a check before the move, not atomic.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
+import fcntl
 import os
+import shlex
+import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..errors import UnfinishedArchiveError
+from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
 from ._format import (
     BLOCK_SIZE,
@@ -45,20 +58,127 @@ from ._format import (
     tar_end,
 )
 from ._location import Location
-from ._sources import remote_errors
+from ._sources import remote_errors, remote_failure
 
-__all__ = ["PARTIAL_SUFFIX", "ArchiveWriter", "partial_path"]
+__all__ = [
+    "PARTIAL_SUFFIX",
+    "ArchiveWriter",
+    "being_written",
+    "exists_error",
+    "link_no_clobber",
+    "partial_path",
+    "recover_command",
+    "unfinished_error",
+]
 
 _Buffer = bytes | memoryview
 _PADDING = bytes(BLOCK_SIZE)
 #: What the partial name of a local archive being written appends to its final name.
 PARTIAL_SUFFIX = ".partial"
+# errno values of link() on filesystems without hard links (FAT, some FUSE and SMB mounts).
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK})
 
 
 def partial_path(path: str) -> str:
     """The name a local archive has while it is written (``<final name>.partial``, in the
     same folder, so that the rename at the end is atomic)."""
     return path + PARTIAL_SUFFIX
+
+
+def link_no_clobber(source: str, target: str) -> None:
+    """Renames the file ``source`` to ``target`` unless ``target`` exists: a hard link, which
+    fails if the name is taken (so of two callers exactly one wins), then the old name goes.
+    Filesystems without hard links get a check, then a rename (not race-free there).
+
+    Raises:
+        FileExistsError: If ``target`` exists (``source`` is left as it was).
+    """
+    try:
+        os.link(source, target)
+    except OSError as error:
+        if isinstance(error, FileExistsError) or error.errno not in _NO_HARD_LINKS:
+            raise
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), target) from None
+        os.rename(source, target)
+        return
+    os.unlink(source)
+
+
+def _lock(fd: int, operation: int) -> bool:
+    """Takes a non-blocking ``flock``; False if another open file holds a conflicting one
+    (True where the filesystem has no locks: nothing can be told then)."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # ENOLCK, EOPNOTSUPP...: a filesystem without flock
+        return True
+    return True
+
+
+def being_written(partial: str) -> bool:
+    """True if a running writer holds the partial file ``partial`` (its ``flock``)."""
+    try:
+        fd = os.open(partial, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return not _lock(fd, fcntl.LOCK_SH)
+    finally:
+        os.close(fd)  # releases the lock taken, if any
+
+
+def _free_name(final: str) -> str:
+    """A name beside ``final`` for a recovered archive that names no file yet."""
+    stem = final.removesuffix(".itar")
+    candidates = (f"{stem}.recovered{'' if n == 1 else f'-{n}'}.itar" for n in range(1, 1000))
+    return next(
+        (name for name in candidates if not os.path.lexists(name) and not os.path.lexists(partial_path(name))),
+        f"{stem}.recovered.itar",
+    )
+
+
+def recover_command(partial: str, final: str) -> str:
+    """The ``ncore-like recover`` command line that recovers ``partial`` without replacing
+    anything: in place when nothing is at ``final``, else beside it (``--output``); safe to
+    run as printed (recovery never replaces a file)."""
+    if os.path.lexists(final):
+        return f"ncore-like recover {shlex.quote(partial)} --output {shlex.quote(_free_name(final))}"
+    return f"ncore-like recover {shlex.quote(final)}"
+
+
+def unfinished_error(path: str) -> UnfinishedArchiveError:
+    """The error of a writer of ``path`` that found its partial file."""
+    partial = partial_path(path)
+    if being_written(partial):
+        return UnfinishedArchiveError(
+            f"{partial} is being written by another writer, which is running now: let it close the archive, or "
+            "write to another name",
+            archive=path,
+        )
+    return UnfinishedArchiveError(
+        f"{partial} exists: the unfinished archive of an earlier writer (killed, or failed before closing); "
+        f"recover its records with `{recover_command(partial, path)}` (ncore_like.recover), or delete it",
+        archive=path,
+    )
+
+
+def exists_error(name: str, *, late: bool = False, kept: str | None = None) -> ArchiveExistsError:
+    """The error of exclusive creation finding ``name`` taken: when starting, or when
+    publishing (``late``), with the finished archive ``kept`` under its partial name (local
+    files) or discarded (remote ones)."""
+    refusal = "exclusive creation (mode 'x' or 'w-') never replaces it"
+    if not late:
+        return ArchiveExistsError(f"exists already, and {refusal}; open it with mode 'w' to replace it", archive=name)
+    fate = (
+        f"the new archive is kept as {kept}: `{recover_command(kept, name)}` gives it a name"
+        if kept is not None
+        else "the new archive was discarded"
+    )
+    return ArchiveExistsError(
+        f"was created by another writer while this archive was written, and {refusal}; {fate}", archive=name
+    )
 
 
 class _Sink(Protocol):
@@ -73,28 +193,35 @@ class _Sink(Protocol):
 
 class _LocalSink:
     """A local file written with ``os.writev`` (header, payload and padding in one call,
-    without copying the payload) under its partial name."""
+    without copying the payload) under its partial name, locked while it is written."""
 
-    def __init__(self, path: str, *, resume_at: int | None = None) -> None:
+    def __init__(self, path: str, *, exclusive: bool = False, resume_at: int | None = None) -> None:
         self._path = path
         self._partial = partial_path(path)
+        self._exclusive = exclusive
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not an archive", path)
+        if exclusive and os.path.lexists(path):  # refused before anything is written
+            raise exists_error(path)
+        # Only a partial file this writer created is ever deleted (a resumed one holds the
+        # records of an earlier writer).
+        self._created = resume_at is None
         if resume_at is not None:
             # Finishing a recovered partial file: everything after its last good record goes.
             self._fd = os.open(self._partial, os.O_RDWR | os.O_CLOEXEC)
+            if not _lock(self._fd, fcntl.LOCK_EX):
+                self.release()
+                raise unfinished_error(path)
             os.ftruncate(self._fd, resume_at)
             os.lseek(self._fd, resume_at, os.SEEK_SET)
-            return
-        try:
-            self._fd = os.open(self._partial, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except FileExistsError as error:
-            raise UnfinishedArchiveError(
-                f"{self._partial} exists: the unfinished archive of an earlier writer (killed, or failed "
-                f"before closing); recover its records with `ncore-like recover {path}` "
-                "(ncore_like.recover), or delete it",
-                archive=path,
-            ) from error
+        else:
+            try:
+                self._fd = os.open(self._partial, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except FileExistsError as error:
+                raise unfinished_error(path) from error
+            _lock(self._fd, fcntl.LOCK_EX)  # a new file: no one else holds it
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
 
     def write(self, buffers: Sequence[_Buffer], total: int) -> None:
         written = os.writev(self._fd, buffers)
@@ -111,8 +238,11 @@ class _LocalSink:
 
     def publish(self) -> None:
         os.fsync(self._fd)
+        if self._exclusive:  # publishes without replacing anything
+            self._link()
+        else:
+            os.replace(self._partial, self._path)
         self.release()
-        os.replace(self._partial, self._path)
         # The rename itself is durable once the folder is.
         folder = os.open(os.path.dirname(self._path) or ".", os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -120,32 +250,111 @@ class _LocalSink:
         finally:
             os.close(folder)
 
+    def _link(self) -> None:
+        try:
+            link_no_clobber(self._partial, self._path)
+        except FileExistsError as error:
+            raise exists_error(self._path, late=True, kept=self._partial) from error
+
     def release(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            os.close(fd)
+            os.close(fd)  # also releases the lock
+
+    def __del__(self) -> None:
+        # A writer dropped without closing is as good as dead: its descriptor (and lock) go,
+        # its partial file stays for recovery.
+        if getattr(self, "_fd", -1) >= 0:
+            self.release()
 
     def abort(self) -> None:
         self.release()
+        if not self._created:
+            return
+        # After a release (a failed close) the name may have become another writer's file.
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._partial)
+            status = os.stat(self._partial)
+            if (status.st_dev, status.st_ino) == self._identity:
+                os.unlink(self._partial)
 
     def reopen(self, position: int) -> None:
         fd = os.open(self._partial, os.O_RDWR | os.O_CLOEXEC)
+        # In a forked child the parent's descriptor may still hold the lock: the file is
+        # locked either way.
+        _lock(fd, fcntl.LOCK_EX)
         os.lseek(fd, position, os.SEEK_SET)
         old, self._fd = self._fd, fd
         os.close(old)
 
 
-class _FileSink:
-    """A file object of an fsspec filesystem opened for writing (e.g. an S3 upload, which
-    becomes an object when the file is closed)."""
+#: fsspec protocols of object stores, whose uploads become objects only when they complete.
+_UPLOAD_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
+# Uploads not completed yet, abandoned when the interpreter exits (e.g. after Ctrl-C in a
+# writer without a with block), while fsspec's I/O thread still runs.
+_uploads: weakref.WeakSet[_FileSink] = weakref.WeakSet()
 
-    def __init__(self, location: Location) -> None:
+
+@atexit.register
+def _abandon_uploads() -> None:
+    for sink in list(_uploads):
+        with contextlib.suppress(Exception):
+            sink.abort()
+
+
+class _FileSink:
+    """A file object of an fsspec filesystem opened for writing.
+
+    On object stores the file is an upload of the final name that becomes an object only
+    when :meth:`publish` commits it (an S3 multipart upload, completed only if no object
+    has the name when ``exclusive``): it is opened without fsspec's autocommit, so closing
+    it — also from its finaliser, when a writer that failed is garbage-collected — never
+    completes it, and a writer dropped or left at exit abandons it. Elsewhere it is a file
+    under the partial name, moved to the final name when complete (files there are written
+    in place: the final name would show a torn archive)."""
+
+    def __init__(self, location: Location, *, exclusive: bool = False) -> None:
         upath = location.upath
         self._name = location.name
-        with remote_errors(self._name):  # no credentials, no endpoint, s3fs missing...
-            self._file: Any = upath.fs.open(upath.path, "wb")
+        self._exclusive = exclusive
+        self._fs: Any = upath.fs
+        self._path: str = upath.path
+        protocols = self._fs.protocol
+        self._direct = bool(_UPLOAD_PROTOCOLS.intersection((protocols,) if isinstance(protocols, str) else protocols))
+        self._partial = self._path if self._direct else partial_path(self._path)
+        self._file: Any = None
+        try:
+            if exclusive and self._fs.exists(self._path):  # refused before anything is written
+                raise exists_error(self._name)
+            # "xb": s3fs completes the upload only if no object has the name; elsewhere it
+            # refuses an existing partial file (another writer's).
+            try:
+                self._file = self._open("xb" if exclusive or not self._direct else "wb")
+            except ValueError:  # a filesystem without mode "xb": checks instead
+                if not self._direct and self._fs.exists(self._partial):
+                    raise FileExistsError(errno.EEXIST, "exists", self._partial) from None
+                self._file = self._open("wb")
+        except FileExistsError as error:
+            if isinstance(error, ArchiveExistsError):
+                raise
+            raise UnfinishedArchiveError(
+                f"{self._partial} exists: the unfinished archive of another writer, running or killed (it can't be "
+                "recovered remotely); delete it if no writer is running",
+                archive=self._name,
+            ) from error
+        except Exception as error:  # no credentials, no endpoint, s3fs missing...
+            failure = remote_failure(error, self._name)
+            if failure is error:
+                raise
+            raise failure from error
+        if self._direct:
+            _uploads.add(self)
+
+    def _open(self, mode: str) -> Any:
+        if not self._direct:
+            return self._fs.open(self._partial, mode)
+        # _open: fs.open() would also enlist the file in the filesystem's transaction, which
+        # keeps it forever and commits it when any later transaction of that filesystem ends.
+        return self._fs._open(self._partial, mode, autocommit=False)
 
     def write(self, buffers: Sequence[_Buffer], total: int) -> None:
         with remote_errors(self._name):  # an upload's part may fail (no such bucket...)
@@ -163,23 +372,47 @@ class _FileSink:
             self._file.flush()
 
     def publish(self) -> None:
-        with remote_errors(self._name):
+        with remote_errors(self._name):  # our own errors pass as they are
+            if self._exclusive:
+                # A look first (stores that ignore conditional writes); atomic only where
+                # the upload's completion is conditional (S3).
+                self._fs.invalidate_cache(self._path)
+                if self._fs.exists(self._path):
+                    raise exists_error(self._name, late=True)
+            if self._direct:
+                self._file.close()  # uploads the last part; completes nothing
+                try:
+                    self._file.commit()
+                except FileExistsError as error:  # the conditional completion failed
+                    raise exists_error(self._name, late=True) from error
+                self._file = None
+                _uploads.discard(self)
+                return
             self._file.close()
+            self._fs.mv(self._partial, self._path)
 
     def release(self) -> None:
-        self.abort()  # an unfinished upload can't be resumed: nothing to keep
+        self.abort()  # an unfinished remote archive can't be recovered: nothing to keep
 
     def abort(self) -> None:
         file, self._file = self._file, None
-        if file is None or file.closed:
+        if file is None:
             return
-        discard = getattr(file, "discard", None)
-        if discard is not None:
-            discard()  # e.g. aborts an S3 multipart upload
-            # Closing (also from the file's finaliser) would complete the upload.
-            file.closed = True
-        else:
+        if self._direct:
+            _uploads.discard(self)
+            file.discard()  # e.g. aborts an S3 multipart upload (also after close)
+            file.closed = True  # nothing left to upload from the finaliser
+            return
+        if not file.closed:
             file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.rm(self._partial)
+
+    def __del__(self) -> None:
+        # A writer dropped without closing (e.g. it failed outside a with block): the
+        # upload is abandoned, never completed.
+        with contextlib.suppress(Exception):
+            self.abort()
 
     def reopen(self, position: int) -> None:
         raise ValueError(
@@ -197,11 +430,15 @@ class ArchiveWriter:
     Args:
         location: The archive's final location.
         checksums: Store the CRC32C of every payload (in its tar header and the index).
+        exclusive: Refuse to replace a file or object at the final name (when starting,
+            and when publishing: see the module's notes on what is atomic where).
     """
 
-    def __init__(self, location: Location, *, checksums: bool = True) -> None:
+    def __init__(self, location: Location, *, checksums: bool = True, exclusive: bool = False) -> None:
         path = location.local
-        self._sink: _Sink = _LocalSink(path) if path is not None else _FileSink(location)
+        self._sink: _Sink = (
+            _LocalSink(path, exclusive=exclusive) if path is not None else _FileSink(location, exclusive=exclusive)
+        )
         self.position = 0
         self.crcs: list[int] | None = [] if checksums else None
         """The CRC32C of every record appended, in order (None without checksums)."""
@@ -209,9 +446,10 @@ class ArchiveWriter:
     @classmethod
     def resume(cls, path: str, position: int, *, checksums: bool) -> ArchiveWriter:
         """Continues the partial file of the local archive ``path`` at ``position`` (the end
-        of its last record to keep; what follows is cut off)."""
+        of its last record to keep; what follows is cut off); publishing never replaces a
+        file at ``path``."""
         writer = cls.__new__(cls)
-        writer._sink = _LocalSink(path, resume_at=position)
+        writer._sink = _LocalSink(path, exclusive=True, resume_at=position)
         writer.position = position
         writer.crcs = [] if checksums else None
         return writer
@@ -261,7 +499,8 @@ class ArchiveWriter:
         self._sink.release()
 
     def abort(self) -> None:
-        """Stops writing and discards everything written (the partial file, the upload)."""
+        """Stops writing and discards everything written (the partial file this writer
+        created, the upload); a resumed partial file is kept."""
         self._sink.abort()
 
     def reopen(self) -> None:

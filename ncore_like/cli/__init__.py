@@ -2,7 +2,8 @@
 
 Run ``ncore-like --help`` (or ``python -m ncore_like --help``) for the commands, and
 ``ncore-like COMMAND --help`` for each. Exit codes: 0 success, 1 failure or problems found
-(reported as ``ncore-like: error: <message>`` on stderr), 2 usage errors.
+(reported as ``ncore-like: error: <message>`` on stderr), 2 usage errors, 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM); both signals let writers discard what they started.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._common import (
     storage_option_parser,
     warn_unused_storage_options,
 )
+from ._signals import Terminated, handling_signals
 from ._tree import render_tree
 
 __all__ = ["build_parser", "main", "render_tree"]
@@ -75,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _exit_code(exit_.code)
     warn_unused_storage_options(args)
     try:
-        code: int = args.run(args)
+        with handling_signals():
+            code: int = args.run(args)
     except BrokenPipeError:
         return _stdout_closed()
     except CommandError as error:
@@ -87,4 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"{PROG}: terminated", file=sys.stderr)
+        return 143
     return code

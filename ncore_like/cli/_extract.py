@@ -1,18 +1,30 @@
 """``ncore-like extract``: records as files under a folder, refusing keys that would land
-outside it."""
+outside it.
+
+Files already in the folder are never lost by accident: extracting over them is refused
+(before anything is written) unless ``--overwrite`` is given, and every file is written
+under a temporary name beside it and renamed into place only when complete, so a failed or
+interrupted extraction leaves each file either as it was or completely extracted, never
+half-written.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import tempfile
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from ..archive import IndexedTarArchive, scan_records
 from ..archive._format import validate_key
+from ..archive._writer import link_no_clobber
 from ..errors import InvalidKeyError
 from ..store import ItarZarrStore, is_consolidated_metadata_key
 from ._common import CommandError, Location, add_quiet_option, progress, reporting, select_keys
+from ._signals import deferred_signals
 
 __all__ = ["register", "run", "targets"]
 
@@ -55,7 +67,10 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         parents=parents,
         help="extract records as files",
         description="Extract all records (or the given ones) as files under a folder, each at the path its key "
-        "names. Keys that would land outside the folder (absolute, '..') are refused before anything is written.",
+        "names. Keys that would land outside the folder (absolute, '..') are refused before anything is written, "
+        "and so are files that exist already, unless --overwrite is given. Each file appears only when complete "
+        "(written under a temporary name and renamed): an interrupted extraction leaves every file as it was or "
+        "complete.",
     )
     parser.add_argument("archive", metavar="ARCHIVE", help="the .itar archive (path or URL)")
     parser.add_argument(
@@ -73,8 +88,62 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         type=Path,
         help="folder to extract into, created if missing (default: the current folder)",
     )
+    clobber = parser.add_mutually_exclusive_group()
+    clobber.add_argument(
+        "--overwrite", action="store_true", help="replace files that exist already (each only by its complete new self)"
+    )
+    clobber.add_argument(
+        "--no-clobber",
+        dest="overwrite",
+        action="store_false",
+        help="refuse to extract if any file exists already (the default)",
+    )
     add_quiet_option(parser)
     parser.set_defaults(run=run)
+
+
+def _shown(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+
+
+def _refuse_existing(archive_name: str, files: dict[str, Path], *, overwrite: bool) -> None:
+    """Refuses, before anything is written, files that exist (unless ``overwrite``) and
+    folders where files go (a file never replaces a folder)."""
+    folders = [str(path) for path in files.values() if os.path.isdir(path) and not os.path.islink(path)]
+    if folders:
+        raise CommandError(
+            f"{archive_name}: {len(folders)} record(s) would replace folders ({_shown(folders)}); nothing was written"
+        )
+    existing = [] if overwrite else [str(path) for path in files.values() if os.path.lexists(path)]
+    if existing:
+        raise CommandError(
+            f"{archive_name}: {len(existing)} file(s) to extract exist already ({_shown(existing)}); nothing was "
+            "written: pass --overwrite to replace them, or extract into another folder (-C DIR)"
+        )
+
+
+def _write_file(target: Path, data: bytes, *, overwrite: bool) -> None:
+    """Writes ``target`` under a temporary name beside it, then renames it into place
+    (without ``overwrite``, only if the name is still free)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = None
+    try:
+        with deferred_signals():  # a temporary file created is a temporary file removed
+            fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".ncore-like-tmp")
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        try:
+            if overwrite:
+                os.replace(temporary, target)
+            else:
+                link_no_clobber(temporary, str(target))
+        except OSError as error:  # it names the temporary file: name the one extracted
+            raise type(error)(error.errno, error.strerror, str(target)) from error
+    except BaseException:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        raise
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,11 +152,13 @@ def run(args: argparse.Namespace) -> int:
     with reporting(location.name), IndexedTarArchive(location.target, remote_range_reads=location.is_remote) as archive:
         keys = select_keys(archive.keys(), args.keys, location.name) if args.keys else archive.keys()
         # A whole hierarchy gets zarr-python's own consolidated metadata (the archive's
-        # compressed record means nothing to zarr-python in a folder, which would warn).
+        # compressed record means nothing to zarr-python in a folder, which would warn); it
+        # takes the place of the root's own zarr.json record.
         consolidated = {} if args.keys else ItarZarrStore(archive, read_only=True).standard_consolidated_records()
         if consolidated:
-            keys = [key for key in keys if not is_consolidated_metadata_key(key)]
-        files = targets(location.name, keys, args.directory)
+            keys = [key for key in keys if not is_consolidated_metadata_key(key) and key not in consolidated]
+        files = targets(location.name, [*keys, *consolidated], args.directory)
+        _refuse_existing(location.name, files, overwrite=args.overwrite)
         records = archive.records
         total = sum(records[key].size for key in keys)
         # Records are read as a scan (adjacent ones together), ahead of the one being written.
@@ -96,12 +167,8 @@ def run(args: argparse.Namespace) -> int:
             closing(scan_records(archive, keys)) as reads,
         ):
             for key, data in reads:
-                target = files[key]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
+                _write_file(files[key], data, overwrite=args.overwrite)
                 bar.update(len(data))
-        for key, data in consolidated.items():  # after the records: it replaces the root zarr.json
-            target = args.directory.resolve() / key
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+        for key, data in consolidated.items():
+            _write_file(files[key], data, overwrite=args.overwrite)
     return 0

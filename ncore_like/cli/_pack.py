@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from .._compat import fsspec_store, local_store
 from .._concurrency import default_workers, ordered_map
-from ..archive import IndexedTarArchive, scan_records, verify_archive
+from ..archive import IndexedTarArchive, error_detail, scan_records, verify_archive
+from ..errors import ArchiveExistsError
 from ..nodes import Array, BloscCompression, EncodedArray, Group
 from ..nodes._compression import describe_codecs
 from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
@@ -45,6 +46,7 @@ from ._hierarchy import (
     root_zarr_format,
     walk,
 )
+from ._signals import deferred_signals
 
 __all__ = ["register", "run"]
 
@@ -72,8 +74,21 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "dest",
         metavar="DEST",
-        help="the archive to write (path or URL; replaced if it exists); with several SRC, the folder of the "
-        "archives, one per source (NAME.zarr -> NAME.itar), packed on a dask cluster",
+        help="the archive to write (path or URL; refused if it exists, unless --overwrite); with several SRC, "
+        "the folder of the archives, one per source (NAME.zarr -> NAME.itar), packed on a dask cluster",
+    )
+    clobber = parser.add_mutually_exclusive_group()
+    clobber.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing DEST (it stays as it was until the new archive is complete); with several SRC, "
+        "pack every source again",
+    )
+    clobber.add_argument(
+        "--no-clobber",
+        dest="overwrite",
+        action="store_false",
+        help="refuse to replace an existing DEST (the default); with several SRC, skip the archives that verify",
     )
     parser.add_argument(
         "--zarr-format",
@@ -171,27 +186,42 @@ def _source_store(source: Location, kind: SourceKind) -> Store:
     return ZarrStoreAdapter(fsspec_store(source.upath.fs, source.upath.path, read_only=True))
 
 
-def _remove(location: Location) -> None:
-    with contextlib.suppress(Exception):  # best effort: the error that got us here matters more
-        if location.local is not None:
-            os.unlink(location.local)
-        else:
-            location.upath.unlink()
+def _exists(location: Location) -> bool:
+    if location.local is not None:
+        return os.path.lexists(location.local)
+    return bool(location.upath.exists())
+
+
+def _existing(dest: Location) -> CommandError:
+    return CommandError(
+        f"{dest.name} exists; pass --overwrite to replace it (it stays as it is until the new archive is complete)"
+    )
 
 
 @contextlib.contextmanager
-def _writing(dest: Location) -> Iterator[IndexedTarZarrStore]:
-    """A new archive at ``dest``, completed on success and removed on failure: closing an
-    archive writes its index, so a partial archive would look complete."""
-    store = IndexedTarZarrStore(dest.target, "w")
+def _writing(dest: Location, *, overwrite: bool) -> Iterator[IndexedTarZarrStore]:
+    """A new archive that appears at ``dest`` only when it is complete. Without
+    ``overwrite`` it never replaces a file there, even one created meanwhile. On any
+    failure (a bad source, Ctrl-C, SIGTERM) it is discarded: a file at ``dest`` stays as it
+    was, and no partial file is left to block the next run."""
+    store = None
     try:
+        with deferred_signals():  # a partial file created is a partial file cleaned up
+            store = IndexedTarZarrStore(dest.target, "w" if overwrite else "x")
         yield store
-    except BaseException:
-        with contextlib.suppress(Exception):
-            store.close()
-        _remove(dest)
+        store.close()
+    except BaseException as error:
+        if store is None:
+            if isinstance(error, ArchiveExistsError):  # created since pack_one looked
+                raise _existing(dest) from error
+            raise
+        store.abort()  # also after a failed close, which keeps the partial file
+        if isinstance(error, ArchiveExistsError):
+            raise CommandError(
+                f"{dest.name} was created by another writer while this one packed; it was left as it is (pass "
+                "--overwrite to replace it)"
+            ) from error
         raise
-    store.close()
 
 
 # -- copying records -----------------------------------------------------------------------
@@ -487,12 +517,14 @@ class _Options:
     workers: int
     quiet: bool
     bytes_as_blobs: bool = False
+    overwrite: bool = False
 
     @classmethod
     def of(cls, args: argparse.Namespace, *, quiet: bool | None = None) -> _Options:
         return cls(
             tuple(args.storage_options), args.zarr_format, args.compression, not args.no_consolidate,
             args.workers or default_workers(), args.quiet if quiet is None else quiet, args.bytes_as_blobs,
+            args.overwrite,
         )  # fmt: skip
 
 
@@ -512,6 +544,8 @@ def pack_one(src: str, dest_text: str, options: _Options) -> list[str]:
     compression = _parse_compression(options.compression)
     lines = []
     with reporting(source.name, dest.name):
+        if not options.overwrite and _exists(dest):  # before reading the source
+            raise _existing(dest)
         kind = _source_kind(source)
         src_store = _source_store(source, kind)
         with src_store:
@@ -532,13 +566,13 @@ def pack_one(src: str, dest_text: str, options: _Options) -> list[str]:
             )
             if root is None or (verbatim and not split):
                 # Records copied verbatim: every array keeps its codecs and bytes.
-                with _writing(dest) as new:
+                with _writing(dest, overwrite=options.overwrite) as new:
                     _copy_records(src_store, new, consolidate=consolidate, workers=workers, quiet=quiet)
                 archive = new.archive
                 lines.append(_summary(dest, archive.keys(), archive.file_size, "records copied, codecs kept"))
             else:
                 plan = _Plan(verbatim, options.bytes_as_blobs, src_store)
-                with _writing(dest) as new:
+                with _writing(dest, overwrite=options.overwrite) as new:
                     outcome = _reencode(
                         root, new, plan, zarr_format=zarr_format, consolidate=consolidate, workers=workers,
                         quiet=quiet, compression=compression,
@@ -568,21 +602,30 @@ def _destination(folder: str, source: str) -> str:
     return f"{folder.rstrip('/')}/{stem}.itar"
 
 
-def _finished(dest: str, options: _Options) -> bool:
-    """True if ``dest`` is an archive that verifies without problems (packed by an earlier
-    run: skipped, so that a run that failed halfway resumes)."""
-    location = Location.parse(dest, options.storage_options)
+def _problem(location: Location) -> str | None:
+    """What is wrong with the archive at ``location`` (None if it verifies cleanly)."""
     try:
         with IndexedTarArchive(location.target) as archive:
-            return not verify_archive(archive).problems
-    except (OSError, ValueError, KeyError):
-        return False
+            problems = verify_archive(archive).problems
+    except (OSError, ValueError, KeyError) as error:
+        return error_detail(error, location.name)
+    return f"{len(problems)} problem(s), e.g. {problems[0].message}" if problems else None
 
 
 def _pack_task(src: str, dest: str, options: _Options) -> str:
-    """One source of a cluster run (in a worker process): ``skipped`` or the summary."""
-    if _finished(dest, options):
-        return f"{dest}: skipped, verified (packed before)"
+    """One source of a cluster run (in a worker process): ``skipped`` or the summary.
+
+    Without ``overwrite`` an archive already at ``dest`` that verifies was packed by an
+    earlier run, and is skipped (a run that failed halfway resumes); any other file there
+    is refused, never replaced. With ``overwrite`` every source is packed again."""
+    location = Location.parse(dest, options.storage_options)
+    if not options.overwrite and _exists(location):
+        problem = _problem(location)
+        if problem is None:
+            return f"{dest}: skipped, verified (packed before)"
+        raise CommandError(
+            f"{location.name} exists and is not an archive that verifies ({problem}); pass --overwrite to replace it"
+        )
     lines = pack_one(src, dest, options)
     return lines[0] if lines else dest
 

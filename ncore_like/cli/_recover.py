@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..store import RecoveryReport, recover
-from ._common import Location, add_json_option, format_bytes, print_json, reporting
+from ._common import CommandError, Location, add_json_option, format_bytes, print_json, reporting
 
 __all__ = ["register", "run", "summary"]
 
@@ -23,10 +23,16 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
         "closed it: find its unfinished file (ARCHIVE.partial), keep every complete record whose CRC32C "
         "checksum matches, drop a torn last record, regenerate the consolidated metadata when the zarr "
         "hierarchy is complete, and write a valid archive at ARCHIVE (finishing the unfinished file in place) "
-        "or at DEST. Local archives only.",
+        "or at --output PATH. Never replaces a file: if ARCHIVE exists (e.g. the intact archive a failed "
+        "overwrite left), recover the partial file beside it with --output. Local archives only.",
     )
     parser.add_argument("archive", metavar="ARCHIVE", help="the archive's name, or its unfinished .partial file")
-    parser.add_argument("dest", metavar="DEST", nargs="?", help="where to write the recovered archive instead")
+    parser.add_argument(
+        "--output",
+        metavar="PATH",
+        help="write the recovered archive at PATH (which must not exist) instead of ARCHIVE",
+    )
+    parser.add_argument("dest", metavar="DEST", nargs="?", help=argparse.SUPPRESS)  # the older spelling of --output
     add_json_option(parser)
     parser.set_defaults(run=run)
 
@@ -55,9 +61,11 @@ def summary(report: RecoveryReport) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Recovers the archive and prints what happened."""
+    if args.dest is not None and args.output is not None:
+        raise CommandError("give the recovered archive's name once: --output PATH (DEST is its older spelling)")
     location = Location.parse(args.archive, args.storage_options)
     with reporting(location.name):
-        report = recover(location.target, args.dest)
+        report = recover(location.target, args.output if args.output is not None else args.dest)
     if args.json:
         print_json(asdict(report))
     else:

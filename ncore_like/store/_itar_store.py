@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention, is_node_metadata_key, read_records
+from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, is_node_metadata_key, read_records
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
@@ -35,8 +35,9 @@ class IndexedTarZarrStore(Store):
 
     The parameters are those of :class:`IndexedTarArchive`; the constructor opens the
     archive (blocking), :meth:`open_async` opens it for reading without blocking. Like the
-    archive, a store written in a ``with`` block that raises publishes nothing (a local
-    archive's partial file stays for :func:`~ncore_like.recover`). Node
+    archive, a store replaces an archive at its name only when it closes (``mode="x"`` or
+    ``"w-"``: never), and a store written in a ``with`` block that raises publishes nothing
+    (a local archive's partial file stays for :func:`~ncore_like.recover`). Node
     metadata records are appended when the store is closed, at the end of the file, so
     opening the hierarchy from its consolidated metadata costs no I/O beyond the tail read.
 
@@ -49,7 +50,7 @@ class IndexedTarZarrStore(Store):
     def __init__(
         self,
         itar_path: str | PurePath | UPath,
-        mode: Literal["r", "w"] = "r",
+        mode: OpenMode = "r",
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         *,

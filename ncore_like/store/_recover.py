@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
-from ..archive._recover import RecoveryReport, recover_records
+from ..archive._recover import RecoveryReport, recover_records, remove_copied_source
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
 from ._itar_store import IndexedTarZarrStore
 
@@ -29,29 +29,37 @@ if TYPE_CHECKING:
 __all__ = ["RecoveryReport", "recover"]
 
 
-def recover(path: str | PurePath | UPath, dest: str | PurePath | None = None) -> RecoveryReport:
+def recover(path: str | PurePath | UPath, output: str | PurePath | None = None) -> RecoveryReport:
     """Recovers the archive of a writer that died (killed, out of memory, power cut).
 
     Finds the unfinished file of the local archive ``path`` (``<path>.partial``; the partial
     file itself may be given too), keeps every complete record whose payload matches its
     CRC32C, drops a torn last record, regenerates the consolidated metadata when the zarr
     hierarchy is complete, and writes a valid, closed archive: at ``path`` itself (the
-    partial file is finished in place, without copying records) or at ``dest``.
+    partial file is finished in place, without copying records) or at ``output``.
+
+    Recovery never replaces a file: if one is at ``path`` (e.g. the intact archive that a
+    failed overwrite left there) or at ``output``, it is refused before anything changes;
+    give another ``output`` to recover the partial file beside it.
 
     Returns:
         What was kept and dropped.
 
     Raises:
         FileNotFoundError: If there is no unfinished file.
+        ArchiveExistsError: If a file is at the name to write (a ``FileExistsError``; the
+            message names both files and a safe command).
+        UnfinishedArchiveError: If a running writer holds the partial file.
         ValueError: For remote locations (an unfinished upload leaves nothing behind).
     """
-    archive, report = recover_records(path, dest)
+    archive, report = recover_records(path, output)
     try:
         _consolidate(archive, report)
         archive.close()
     except BaseException:
-        archive.abort()
+        archive.abort()  # a copy is discarded; a partial file finished in place is kept
         raise
+    remove_copied_source(report)
     return report
 
 

@@ -30,6 +30,14 @@ def rewrite_index(path: Path, change: Callable[[list[str], list[int], list[int]]
         file.truncate()
 
 
+def die(archive: IndexedTarArchive) -> None:
+    """What a killed writer leaves behind, without killing the test: its partial file as it
+    is, no longer held (its descriptor and lock go, nothing more is written)."""
+    writer = archive._writer
+    assert writer is not None, "not an archive being written"
+    writer.release()
+
+
 def foreign_files(folder: Path) -> dict[str, Path]:
     """Files people mistake for archives, written by the real tools: GNU tar (a small one, and
     one larger than the tail read, so that its first block is read apart), Python's zipfile,
