@@ -466,6 +466,20 @@ def test_the_command_serves_until_ctrl_c_and_stops_cleanly(sequence: Path) -> No
         get(port, "/")
 
 
+def test_the_command_stops_on_sigterm_too(sequence: Path) -> None:
+    process = run_view(str(sequence), "--no-browser")
+    try:
+        port = int(printed_url(process).split(":")[2].split("/")[0])
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143 and "terminated" in stderr and "Traceback" not in stderr
+    with pytest.raises(OSError):
+        get(port, "/")
+
+
 def test_the_command_warns_for_another_host(sequence: Path) -> None:
     process = run_view(str(sequence), "--no-browser", "--host", "0.0.0.0")
     try:
