@@ -95,7 +95,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["Viewer", "view"], ".viewer"),
 }
 
-_SUBPACKAGES = frozenset(["archive", "backend", "cli", "errors", "nodes", "store", "viewer"])
+_SUBPACKAGES = frozenset(["archive", "backend", "cli", "dataset", "errors", "nodes", "store", "viewer"])
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import sys
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -259,10 +261,35 @@ def ordered_map(
             future.cancel()
 
 
+def _keep_inherited_sessions() -> None:
+    """Keeps, in a forked child, the parent's remote filesystem objects alive and their
+    finalizers from running. fsspec's filesystem objects (s3fs, gcsfs, HTTP) hold client
+    sessions bound to the parent's event loop, over sockets shared with the parent. fsspec
+    drops them from its instance cache on the child's first use, and their finalizers then ran
+    in the child at the next garbage collection, on whatever thread: on a running loop (a
+    DataLoader worker's first remote read) they closed the parent's session there, with
+    tracebacks of futures "attached to a different loop". The sessions are the parent's to
+    close; in the child they are only kept (a few objects per filesystem the parent made)."""
+    asyn = sys.modules.get("fsspec.asyn")
+    registry = getattr(weakref.finalize, "_registry", None)
+    if asyn is None or not isinstance(registry, dict):
+        return  # no remote filesystem was ever made
+    for finalizer, info in list(registry.items()):
+        owner = info.weakref()
+        if isinstance(owner, asyn.AsyncFileSystem):
+            _inherited.append(owner)  # never collected here, so its finalizer never runs
+            finalizer.atexit = False  # nor at the child's exit
+
+
+#: The parent's filesystem objects a forked child keeps (see _keep_inherited_sessions).
+_inherited: list[object] = []
+
+
 def _reset_after_fork() -> None:
     global _pool
     # The parent's threads do not exist here; drop the pool without waiting for them.
     _pool = None
+    _keep_inherited_sessions()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)

@@ -3,7 +3,7 @@
 Reads the JSON files that the benchmark scripts write with ``--json``
 (``bench_archive.json``, ``bench_read.json``, ``bench_write.json``,
 ``bench_integrity.json``, ``bench_ops.json``, ``bench_remote.json``, ``bench_cache.json``,
-``bench_ecosystem.json``; whichever exist) and
+``bench_ecosystem.json``, ``bench_train.json``; whichever exist) and
 
 * draws ``docs/img/performance-NAME.png``, one plot per benchmark, laid out for a phone's
   column as well as a desktop's (each row's full name above its bar, text no smaller than
@@ -59,7 +59,7 @@ from _benchlib import Results, Row, ratio_text
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS: tuple[str, ...] = (
     "bench_archive", "bench_read", "bench_write", "bench_integrity", "bench_ops", "bench_remote", "bench_cache",
-    "bench_ecosystem",
+    "bench_ecosystem", "bench_train",
 )  # fmt: skip
 TITLES: Mapping[str, str] = {
     "bench_archive": "Archive: records, opening, remote latency, store opening",
@@ -70,6 +70,7 @@ TITLES: Mapping[str, str] = {
     "bench_remote": "At scale: scans, faults and retries, packing on a cluster",
     "bench_cache": "Local cache: random frames across 100 S3 archives",
     "bench_ecosystem": "Ecosystem: xarray and numpy.asarray vs zarr-python",
+    "bench_train": "Training loaders on S3: TrainingDataset vs WebDataset, LitData, MosaicML Streaming",
 }
 _TABLE_START = re.compile(r"<!-- benchmark-table: (?P<name>[a-z_]+) -->\n")
 _TABLE_END = "<!-- end benchmark-table -->"
