@@ -66,6 +66,10 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
         ZarrStoreAdapter as ZarrStoreAdapter,
         recover as recover,
     )
+    from .viewer import (
+        Viewer as Viewer,
+        view as view,
+    )
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -94,9 +98,10 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         ["ArchiveCollection", "IndexedTarZarrStore", "RecoveryReport", "Store", "ZarrStoreAdapter", "recover"], ".store"
     ),
+    **dict.fromkeys(["Viewer", "view"], ".viewer"),
 }
 
-_SUBPACKAGES = frozenset(["archive", "backend", "cli", "dataset", "errors", "nodes", "store"])
+_SUBPACKAGES = frozenset(["archive", "backend", "cli", "dataset", "errors", "nodes", "store", "viewer"])
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

@@ -1,10 +1,11 @@
 """The main job: record a synthetic sequence into an ``.itar`` archive and read it back.
 
-Writes what a robotics recording looks like — encoded camera frames (JPEG-like blobs),
-lidar sweeps (float32 points, chunked), poses and timestamps — encoding the lidar chunks
-on worker threads, into one archive in a temporary folder; reopens it from its consolidated
-metadata; reads random frames and lidar slabs into preallocated buffers; prints the
-hierarchy and the throughput of each step. Local files only.
+Writes what a robotics recording looks like — encoded camera frames (JPEG blobs of a
+synthetic road, padded to a camera's frame sizes), lidar sweeps (float32 points, chunked),
+poses and timestamps — encoding the lidar chunks on worker threads, into one archive in a
+temporary folder; reopens it from its consolidated metadata; reads random frames and lidar
+slabs into preallocated buffers; prints the hierarchy and the throughput of each step.
+Local files only.
 
 Run it with ``./scripts/demo`` (or ``python -m ncore_like.demo --help``).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import tempfile
 import time
@@ -35,9 +37,95 @@ def timed(results: dict[str, float], name: str) -> Iterator[None]:
     results[name] = time.perf_counter() - started
 
 
-def jpeg_like(rng: np.random.Generator, size: int) -> bytes:
-    """Bytes shaped like a JPEG file (start/end markers around incompressible data)."""
-    return b"\xff\xd8\xff\xe0" + rng.bytes(size - 6) + b"\xff\xd9"
+#: Camera frames are drawn in blocks of 8x8 pixels (one JPEG block each): 80 x 45 blocks.
+_BLOCKS_WIDE, _BLOCKS_HIGH = 80, 45
+
+
+def road_scene(index: int, camera: int) -> np.ndarray:
+    """RGB colours (0-255) of the 8x8-pixel blocks of a synthetic camera frame: sky, grass
+    and a road whose lane marks move with the frame ``index`` (the rear camera sees them
+    move the other way)."""
+    rows, cols = np.mgrid[0:_BLOCKS_HIGH, 0:_BLOCKS_WIDE].astype(np.float64)
+    horizon = 20
+    sky = np.array([70, 130, 220]) + (rows[..., None] / horizon) * np.array([110, 80, 30])
+    scene = np.where((rows < horizon)[..., None], sky, np.array([60, 135, 55]))
+    depth = np.clip((rows - horizon) / (_BLOCKS_HIGH - horizon), 0, 1)
+    centre = _BLOCKS_WIDE / 2
+    road = (rows >= horizon) & (np.abs(cols - centre) <= 2 + depth * 34)
+    scene[road] = (95, 95, 100)
+    phase = index if camera == 0 else -index
+    dashes = road & (np.abs(cols - centre) <= 0.5 + depth) & (((rows + phase) // 3) % 2 == 0)
+    scene[dashes] = (235, 235, 225)
+    return scene
+
+
+def jpeg_blocks(rgb: np.ndarray) -> bytes:
+    """A baseline JPEG (JFIF) of an image drawn in 8x8 blocks of one colour each: every
+    block is its DC coefficient alone, entropy-coded with small Huffman tables of its own
+    (nine DC categories of 4 bits, the AC end-of-block as one bit). Any decoder reads it."""
+    rgb = np.asarray(rgb, dtype=np.float64)
+    red, green, blue = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    ycbcr = np.stack(
+        [
+            0.299 * red + 0.587 * green + 0.114 * blue,
+            128 - 0.168736 * red - 0.331264 * green + 0.5 * blue,
+            128 + 0.5 * red - 0.418688 * green - 0.081312 * blue,
+        ],
+        axis=-1,
+    )
+    # With every quantiser 8, a block's quantised DC is its mean - 128 (a JPEG DC is 8x that).
+    dc = np.clip(np.round(ycbcr - 128), -127, 127).astype(np.int64).reshape(-1, 3)
+    diff = np.diff(dc, axis=0, prepend=0).reshape(-1)  # block order Y Cb Cr, one predictor each
+    category = np.where(diff == 0, 0, np.floor(np.log2(np.abs(diff) + 0.5)).astype(np.int64) + 1)
+    magnitude = np.where(diff >= 0, diff, diff + (1 << category) - 1)
+    width = 4 + category + 1  # category code, magnitude bits, end of block ("0")
+    value = (category << (category + 1)) | (magnitude << 1)
+    shifts = width[:, None] - 1 - np.arange(13)
+    bits = (value[:, None] >> np.clip(shifts, 0, None)) & 1
+    stream = bits[shifts >= 0]
+    stream = np.concatenate([stream, np.ones(-len(stream) % 8, dtype=np.int64)])
+    entropy = np.packbits(stream.astype(np.uint8)).tobytes().replace(b"\xff", b"\xff\x00")
+
+    def segment(marker: int, body: bytes) -> bytes:
+        return bytes([0xFF, marker]) + (len(body) + 2).to_bytes(2, "big") + body
+
+    height, width_px = rgb.shape[0] * 8, rgb.shape[1] * 8
+    frame = bytes([8, *height.to_bytes(2, "big"), *width_px.to_bytes(2, "big"), 3, 1, 0x11, 0, 2, 0x11, 0, 3, 0x11, 0])
+    dc_table = bytes([0x00, 0, 0, 0, 9, *[0] * 12, *range(9)])
+    ac_table = bytes([0x10, 1, *[0] * 15, 0x00])
+    return b"".join(
+        [
+            b"\xff\xd8",
+            segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"),
+            segment(0xDB, bytes([0]) + bytes([8] * 64)),
+            segment(0xC0, frame),
+            segment(0xC4, dc_table + ac_table),
+            segment(0xDA, bytes([3, 1, 0x00, 2, 0x00, 3, 0x00, 0, 63, 0])),
+            entropy,
+            b"\xff\xd9",
+        ]
+    )
+
+
+@functools.lru_cache(maxsize=12)
+def _scene_jpeg(index: int, camera: int) -> bytes:
+    # The lane marks repeat every 6 frames: 12 encodings serve a whole sequence.
+    return jpeg_blocks(road_scene(index, camera))
+
+
+def camera_frame(rng: np.random.Generator, size: int, index: int, camera: int) -> bytes:
+    """A camera frame: a JPEG of the road scene (see :func:`road_scene`) padded with comment
+    segments of random bytes to about ``size`` bytes, as large and incompressible as a real
+    camera's frames."""
+    image = _scene_jpeg(index % 6, camera)
+    padding = []
+    left = size - len(image)
+    while left > 4:
+        part = min(left - 4, 65533)
+        padding.append(b"\xff\xfe" + (part + 2).to_bytes(2, "big") + rng.bytes(part))
+        left -= part + 4
+    # After the JFIF segment (20 bytes), which some readers expect first.
+    return image[:20] + b"".join(padding) + image[20:]
 
 
 def lidar_sweep(rng: np.random.Generator, points: int, index: int) -> np.ndarray:
@@ -52,8 +140,8 @@ def lidar_sweep(rng: np.random.Generator, points: int, index: int) -> np.ndarray
 def write_sequence(path: Path, args: argparse.Namespace, rng: np.random.Generator) -> dict[str, float]:
     results: dict[str, float] = {}
     frames = {
-        camera: [jpeg_like(rng, int(rng.integers(150_000, 450_000))) for _ in range(args.frames)]
-        for camera in ("front", "rear")[: args.cameras]
+        camera: [camera_frame(rng, int(rng.integers(150_000, 450_000)), i, number) for i in range(args.frames)]
+        for number, camera in enumerate(("front", "rear")[: args.cameras])
     }
     sweeps = np.stack([lidar_sweep(rng, args.points, i) for i in range(args.frames)])
     poses = np.tile(np.eye(4), (args.frames, 1, 1))

@@ -36,3 +36,24 @@ def test_help_reads_as_plain_text() -> None:
         [sys.executable, "-m", "ncore_like.demo", "--help"], capture_output=True, text=True, check=True, timeout=60
     )
     assert "``" not in result.stdout and ".itar archive" in result.stdout
+
+
+def test_camera_frames_are_jpegs_of_the_scene_as_pillow_decodes_them() -> None:
+    import io
+
+    from PIL import Image
+
+    from ncore_like.demo import camera_frame, road_scene
+
+    rng = np.random.default_rng(7)
+    for index, camera in [(0, 0), (5, 0), (3, 1)]:
+        frame = camera_frame(rng, 200_000, index, camera)
+        assert 200_000 - 4 <= len(frame) <= 200_000  # padded to the size asked for
+        assert frame.startswith(b"\xff\xd8\xff\xe0") and frame.endswith(b"\xff\xd9")
+        decoded = np.asarray(Image.open(io.BytesIO(frame)).convert("RGB"), dtype=int)
+        expected = np.repeat(np.repeat(road_scene(index, camera), 8, axis=0), 8, axis=1)
+        assert decoded.shape == (360, 640, 3)
+        assert np.abs(decoded - expected).max() <= 2  # the colour conversion's rounding
+    # The lane marks move from frame to frame, the other way for the rear camera.
+    assert not np.array_equal(road_scene(0, 0), road_scene(1, 0))
+    assert np.array_equal(road_scene(1, 0), road_scene(5, 1))

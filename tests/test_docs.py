@@ -273,7 +273,7 @@ def test_cli_page_matches_the_help(capsys: pytest.CaptureFixture[str], monkeypat
     top = next(block for block in blocks if block.startswith("$ ncore-like --help\n"))
     assert _normalised(top.removeprefix("$ ncore-like --help\n")) == _normalised(_cli_help(["--help"], capsys))
     commands = re.findall(r"^## `ncore-like (\w+)`$", page, flags=re.MULTILINE)
-    assert commands == ["ls", "tree", "info", "cat", "extract", "pack", "verify", "recover", "refs"]
+    assert commands == ["ls", "tree", "info", "cat", "extract", "pack", "verify", "recover", "refs", "view"]
     for command in commands:
         real = _cli_help([command, "--help"], capsys)
         usage = real.split("\n\n", 1)[0]

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import _cat, _extract, _info, _ls, _pack, _recover, _refs, _tree, _verify
+from . import _cat, _extract, _info, _ls, _pack, _recover, _refs, _tree, _verify, _view
 from ._common import (
     EXPECTED_ERRORS,
     CommandError,
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     parents = [storage_option_parser()]
-    for module in (_ls, _tree, _info, _cat, _extract, _pack, _verify, _recover, _refs):
+    for module in (_ls, _tree, _info, _cat, _extract, _pack, _verify, _recover, _refs, _view):
         module.register(commands, parents)
     return parser
 

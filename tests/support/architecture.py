@@ -8,6 +8,7 @@ markers of the page; ``tests/test_architecture.py`` fails while the page differs
 from __future__ import annotations
 
 import ast
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "dataset": ("dataset",),
     "xarray": ("xarray_backend",),
     "cluster": ("cluster",),
+    "viewer": ("viewer",),
     "cli": ("cli", "demo", "__main__"),
     "package": ("__init__",),
 }
@@ -42,8 +44,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "dataset": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes"}),
     "xarray": frozenset({"foundation", "archive", "store"}),
     "cluster": frozenset({"foundation"}),
-    "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "cluster", "package"}),
-    "package": frozenset({"foundation", "archive", "store", "backend", "nodes"}),
+    "viewer": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes"}),
+    "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "cluster", "viewer", "package"}),
+    "package": frozenset({"foundation", "archive", "store", "backend", "nodes", "viewer"}),
 }
 
 
@@ -146,13 +149,21 @@ def layer_edges(imports: list[Import]) -> set[tuple[str, str]]:
     return edges
 
 
+#: Characters of a line of the diagram (the docs site's code column); longer lists wrap.
+DIAGRAM_COLUMNS = 88
+
+
 def render_diagram(edges: set[tuple[str, str]]) -> str:
-    """The layers from top to bottom, each with the layers it imports at run time."""
+    """The layers from top to bottom, each with the layers it imports at run time (long lists
+    wrapped at :data:`DIAGRAM_COLUMNS`)."""
     width = max(len(layer) for layer in LAYERS)
     lines = []
     for layer in reversed(list(LAYERS)):
         below = [target for target in LAYERS if (layer, target) in edges]
-        lines.append(f"{layer:<{width}}  ->  {', '.join(below) if below else '(nothing of the package)'}")
+        prefix = f"{layer:<{width}}  ->  "
+        text = ", ".join(below) if below else "(nothing of the package)"
+        first, *rest = textwrap.wrap(text, DIAGRAM_COLUMNS - len(prefix))
+        lines += [prefix + first, *(" " * len(prefix) + part for part in rest)]
     return "\n".join(lines)
 
 
