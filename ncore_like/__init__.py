@@ -27,6 +27,11 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
     from ._lru import (
         clear_caches as clear_caches,
     )
+    from ._pack import (
+        PackResult as PackResult,
+        pack as pack,
+        pack_many as pack_many,
+    )
     from .archive import (
         IndexedTarArchive as IndexedTarArchive,
         IndexTailRetention as IndexTailRetention,
@@ -75,6 +80,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["set_sync_timeout", "set_worker_threads", "sync_timeout", "worker_threads"], "._concurrency"),
     "clear_caches": "._lru",
+    **dict.fromkeys(["PackResult", "pack", "pack_many"], "._pack"),
     **dict.fromkeys(["IndexedTarArchive", "IndexTailRetention", "Record", "RecordCache", "RetryPolicy"], ".archive"),
     "Backend": ".backend",
     **dict.fromkeys(

@@ -548,7 +548,7 @@ def test_pack_failure_leaves_no_archive(
     assert not dest.exists()
 
     code, _, err = cli(capsys, "pack", str(local_archive), str(local_archive))
-    assert code == 1 and "SRC itself" in err
+    assert code == 1 and "the source itself" in err
     assert IndexedTarArchive(local_archive).keys()  # untouched
 
 

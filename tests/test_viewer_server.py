@@ -153,7 +153,7 @@ def test_names_that_are_no_nodes_or_files_of_the_page_are_not_found(viewer: View
 
 
 def test_arrays_show_the_facts_the_tree_command_shows(viewer: Viewer, sequence: Path) -> None:
-    from ncore_like.cli._hierarchy import compression_label
+    from ncore_like._pack._hierarchy import compression_label
     from ncore_like.cli._tree import record_size_lookup, summarize_array
 
     root = IndexedTarZarrStore(sequence).open_root_group()

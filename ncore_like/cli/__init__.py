@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from .._signals import Terminated, handling_signals
 from . import _cat, _extract, _info, _ls, _pack, _recover, _refs, _tree, _verify, _view
 from ._common import (
     EXPECTED_ERRORS,
@@ -22,7 +23,6 @@ from ._common import (
     storage_option_parser,
     warn_unused_storage_options,
 )
-from ._signals import Terminated, handling_signals
 from ._tree import render_tree
 
 __all__ = ["build_parser", "main", "render_tree"]

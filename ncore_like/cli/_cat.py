@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from .._compat import chunk_key
+from .._pack._hierarchy import blob_size, has_hierarchy, is_blob, is_variable_length, open_root
 from ..archive import IndexedTarArchive, is_node_metadata_key
 from ..nodes import Array, Selection
 from ._common import CommandError, add_quiet_option, archive_store, close_matches, describe_error, progress
-from ._hierarchy import blob_size, has_hierarchy, is_blob, is_variable_length, open_root
 
 __all__ = ["parse_selection", "register", "run"]
 

@@ -18,13 +18,13 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from .._signals import deferred_signals
 from ..archive import IndexedTarArchive, scan_records
 from ..archive._format import validate_key
 from ..archive._writer import link_no_clobber
 from ..errors import InvalidKeyError
 from ..store import ItarZarrStore, is_consolidated_metadata_key
 from ._common import CommandError, Location, add_quiet_option, progress, reporting, select_keys
-from ._signals import deferred_signals
 
 __all__ = ["register", "run", "targets"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .._pack._hierarchy import consolidated_keys, is_blob, open_root, root_zarr_format, walk
 from ..archive._format import INDEX_TYPE_CBOR_XZ
 from ..nodes import Group
 from ..store import IndexedTarZarrStore
 from ._common import add_json_option, archive_store, format_bytes, print_json
-from ._hierarchy import consolidated_keys, is_blob, open_root, root_zarr_format, walk
 
 __all__ = ["FORMAT", "archive_info", "register", "run"]
 

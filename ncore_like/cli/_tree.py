@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._compat import chunk_key, record_size
+from .._pack._hierarchy import blob_size, compression_label, is_blob, is_variable_length, open_root
 from ..nodes import Array, Group
 from ..store import IndexedTarZarrStore
 from ._common import (
@@ -22,7 +23,6 @@ from ._common import (
     positive_int,
     print_json,
 )
-from ._hierarchy import blob_size, compression_label, is_blob, is_variable_length, open_root
 
 __all__ = ["ArraySummary", "register", "render_tree", "run", "summarize_array", "tree_document"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .._pack._hierarchy import has_hierarchy, walk
 from ..archive import ArchiveReport, Problem, error_detail, verify_archive
 from ..errors import ArchiveFormatError
 from ..nodes import Array, verify_arrays
@@ -23,7 +24,6 @@ from ._common import (
     reporting,
     step_progress,
 )
-from ._hierarchy import has_hierarchy, walk
 
 __all__ = ["register", "run", "verify"]
 

@@ -19,7 +19,7 @@ PACKAGE = REPO / "ncore_like"
 #: Layers, lowest first, with the modules (or packages) of each. Every module of the
 #: package belongs to exactly one.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundation": ("errors", "_defaults", "_lru", "_lazy", "_concurrency", "_codecs"),
+    "foundation": ("errors", "_defaults", "_lru", "_lazy", "_concurrency", "_codecs", "_signals"),
     "compat": ("_compat",),
     "archive": ("archive",),
     "store": ("store",),
@@ -28,6 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "dataset": ("dataset",),
     "xarray": ("xarray_backend",),
     "cluster": ("cluster",),
+    "pack": ("_pack",),
     "viewer": ("viewer",),
     "cli": ("cli", "demo", "__main__"),
     "package": ("__init__",),
@@ -44,9 +45,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "dataset": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes"}),
     "xarray": frozenset({"foundation", "archive", "store"}),
     "cluster": frozenset({"foundation"}),
+    "pack": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "cluster"}),
     "viewer": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes"}),
-    "cli": frozenset({"foundation", "compat", "archive", "store", "backend", "nodes", "cluster", "viewer", "package"}),
-    "package": frozenset({"foundation", "archive", "store", "backend", "nodes", "viewer"}),
+    "cli": frozenset(
+        {"foundation", "compat", "archive", "store", "backend", "nodes", "cluster", "pack", "viewer", "package"}
+    ),
+    "package": frozenset({"foundation", "archive", "store", "backend", "nodes", "pack", "viewer"}),
 }
 
 

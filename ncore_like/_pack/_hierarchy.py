@@ -1,5 +1,5 @@
-"""The zarr hierarchy of an archive as the commands see it: where it is, how to walk it,
-and how arrays are described (blobs, compression)."""
+"""The zarr hierarchy of an archive as packing and the commands see it: where it is, how
+to walk it, and how arrays are described (blobs, compression)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from ..errors import ArchiveFormatError
 from ..nodes import Array, Group
 from ..nodes._compression import describe_codecs
 from ..store import IndexedTarZarrStore, Store
-from ._common import CommandError
 
 __all__ = [
     "ROOT_METADATA_KEYS",
@@ -70,10 +69,10 @@ def open_root(store: Store, archive: IndexedTarArchive) -> Group:
     one.
 
     Raises:
-        CommandError: If the archive holds no zarr hierarchy.
+        ValueError: If the archive holds no zarr hierarchy.
     """
     if not has_hierarchy(archive):
-        raise CommandError(
+        raise ValueError(
             f"{store.name}: no zarr hierarchy in the archive (no {' or '.join(ROOT_METADATA_KEYS.values())} record)"
         )
     if archive.is_remote and isinstance(store, IndexedTarZarrStore) and not consolidated_keys(archive):
