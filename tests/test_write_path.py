@@ -118,6 +118,38 @@ def test_create_array_writes_what_zarr_python_writes(
     )
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    zarr_format=st.sampled_from(zarr_api.WRITABLE_FORMATS),
+    dtype=st.sampled_from(DTYPES),
+    compression=st.sampled_from(COMPRESSIONS),
+    ndim=st.integers(0, 3),
+    sizes=st.lists(st.lists(st.integers(0, 40), min_size=6, max_size=6), min_size=2, max_size=6),
+)
+def test_arrays_of_many_shapes_get_zarr_pythons_metadata_each(
+    tmp_path_factory: pytest.TempPathFactory, zarr_format: int, dtype: str, compression: BloscCompression | None,
+    ndim: int, sizes: list[list[int]],
+) -> None:  # fmt: skip
+    # One metadata template serves every shape of a rank (frames of different sizes): each
+    # array's records are still zarr-python's for its own shape and chunk shape.
+    shapes = [(tuple(size[:ndim]), tuple(max(1, chunk) for chunk in size[3 : 3 + ndim])) for size in sizes]
+    path = tmp_path_factory.mktemp("w") / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        for number, (shape, chunks) in enumerate(shapes):
+            root.create_empty_array(
+                f"a{number}", shape=shape, dtype=dtype, chunks=chunks, compression=compression, attributes={"n": number}
+            )
+    if ZARR_MAJOR < 3 and compression is not None and ndim == 0:
+        return  # zarr-python 2 never compresses 0-dimensional arrays (see the test above)
+    for number, (shape, chunks) in enumerate(shapes):
+        name = f"a{number}"
+        expected = zarr_python_records(
+            zarr_format, name, np.zeros(shape, dtype), chunks, compression, {"n": number}, write=False
+        )
+        assert our_records(path, name) == expected, (shape, chunks)
+
+
 def test_a_large_compressed_array_is_encoded_on_the_pool_in_order(tmp_path: Path) -> None:
     values = np.arange(64 * 256 * 256, dtype=np.float32).reshape(64, 256, 256) % 1000
     path = tmp_path / "v.itar"

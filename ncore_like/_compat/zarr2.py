@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, MutableMapping
 from contextlib import AbstractContextManager
-from typing import Any, Literal, NamedTuple, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numcodecs
 import numpy as np
@@ -363,30 +363,23 @@ def guess_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(int(size) for size in zarr_guess_chunks(shape, itemsize))
 
 
-class _ArrayTemplate(NamedTuple):
-    """The ``.zarray`` record of an array and its document (no attributes)."""
-
-    document: dict[str, Any]
-    zarray: bytes
+# The ``.zarray`` document of an array without its shape and chunk shape, by dtype, codecs and
+# fill value (the shape and chunks are filled in per array), bounded by count.
+_templates: LRUCache[tuple[Any, ...], dict[str, Any]] = process_cache(256)
 
 
-# Node metadata depends on shape, dtype, chunks, codecs and fill value only (attributes are
-# added per array): built once per combination, bounded by count.
-_templates: LRUCache[tuple[Any, ...], _ArrayTemplate] = process_cache(256)
-
-
-def _array_template(
+def _zarray_document(
     shape: tuple[int, ...], dtype: np.dtype[Any], chunks: tuple[int, ...], blosc: Blosc | None, fill_value: Any
-) -> _ArrayTemplate:
+) -> dict[str, Any]:
     fill_key = np.asarray(fill_value, dtype=dtype).tobytes() if fill_value is not None else None
     config = None if blosc is None else tuple(sorted(blosc.get_config().items()))
-    key = (shape, dtype, chunks, config, fill_key)
+    key = (dtype, config, fill_key)
 
-    def make() -> _ArrayTemplate:
+    def make() -> dict[str, Any]:
         # The keys in zarr-python 3's order, the values encoded as format 2 prescribes.
         document = {
-            "shape": list(shape),
-            "chunks": list(chunks),
+            "shape": [],
+            "chunks": [],
             "dtype": Metadata2.encode_dtype(dtype),
             "fill_value": Metadata2.encode_fill_value(fill_value, dtype),
             "order": "C",
@@ -395,12 +388,11 @@ def _array_template(
             "compressor": None if blosc is None else blosc.get_config(),
             "zarr_format": 2,
         }
-        zarray = encode_json(document)
-        return _ArrayTemplate(json.loads(zarray), zarray)  # the document as stored (e.g. lists, not tuples)
+        return json.loads(encode_json(document))  # the document as stored (e.g. lists, not tuples)
 
     template = _templates.get_or_put(key, make)
     assert template is not None
-    return template
+    return {**template, "shape": list(shape), "chunks": list(chunks)}  # the keys keep their positions
 
 
 def array_metadata_records(
@@ -420,10 +412,10 @@ def array_metadata_records(
     check_zarr_format(zarr_format)
     if dimension_names is not None:
         raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
-    template = _array_template(shape, dtype, chunks, blosc, fill_value)
+    document = _zarray_document(shape, dtype, chunks, blosc, fill_value)
     attributes = dict(attributes or {})
-    return {".zarray": template.zarray, ".zattrs": encode_json(attributes)}, {
-        **template.document,
+    return {".zarray": encode_json(document), ".zattrs": encode_json(attributes)}, {
+        **document,
         "attributes": attributes,
     }
 

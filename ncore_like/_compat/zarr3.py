@@ -293,14 +293,19 @@ _WRITE_CONFIG: Any = {"write_empty_chunks": True}
 
 
 class _ArrayTemplate(NamedTuple):
-    """The node metadata zarr-python writes for an array, without its attributes."""
+    """The node metadata zarr-python writes for an array of one rank, without its shape,
+    chunk shape and attributes (filled in per array)."""
 
     document: dict[str, Any]  # v3: zarr.json; v2: .zarray
-    zarray: bytes | None  # v2: the .zarray record (attributes live in .zattrs)
+    zarray: bytes | None
+    """v2: zarr-python's ``.zarray`` record, kept only where re-serialising the document
+    doesn't give it byte for byte (checked when a template is made): every shape then gets
+    a template of its own."""
 
 
-# Node metadata depends on shape, dtype, chunks, codecs and fill value only (attributes are
-# added per array): one zarr-python array creation per combination, bounded by count.
+# Node metadata depends on rank, dtype, codecs and fill value only: the shape and chunk shape
+# are two lists in the document (attributes are added per array). Frames of many different
+# sizes then cost one zarr-python array creation, not one per size (~40 % of writing them).
 _templates: LRUCache[tuple[Any, ...], _ArrayTemplate] = process_cache(256)
 
 
@@ -311,9 +316,9 @@ def _array_template(
     fill_key = np.asarray(fill_value, dtype=dtype).tobytes() if fill_value is not None else None
     config = None if blosc is None else tuple(sorted(blosc.get_config().items()))
     # dtypes compare by byte order too
-    key = (zarr_format, shape, dtype, chunks, config, fill_key, dimension_names)
+    key = (zarr_format, len(shape), dtype, config, fill_key, dimension_names)
 
-    def make() -> _ArrayTemplate:
+    def make(shape: tuple[int, ...], chunks: tuple[int, ...]) -> _ArrayTemplate:
         records: dict[str, Buffer] = {}
         zarr.create_array(
             zarr.storage.MemoryStore(store_dict=records),
@@ -329,11 +334,31 @@ def _array_template(
         if zarr_format == 3:
             return _ArrayTemplate(json.loads(records["zarr.json"].to_bytes()), None)
         zarray = records[".zarray"].to_bytes()
-        return _ArrayTemplate(json.loads(zarray), zarray)
+        document = json.loads(zarray)
+        return _ArrayTemplate(document, None if _serialised(document) == zarray else zarray)
 
-    template = _templates.get_or_put(key, make)
+    ones = (1,) * len(shape)
+    template = _templates.get_or_put(key, lambda: make(ones, ones))
     assert template is not None
-    return template
+    if template.zarray is not None:
+        template = _templates.get_or_put((*key, shape, chunks), lambda: make(shape, chunks))
+        assert template is not None
+        return template
+    document = dict(template.document)  # the keys keep their positions
+    document["shape"] = list(shape)
+    if zarr_format == 3:
+        document["chunk_grid"] = {
+            **document["chunk_grid"],
+            "configuration": {**document["chunk_grid"]["configuration"], "chunk_shape": list(chunks)},
+        }
+    else:
+        document["chunks"] = list(chunks)
+    return _ArrayTemplate(document, None)
+
+
+def _serialised(document: dict[str, Any]) -> bytes:
+    """A metadata document as zarr-python 3 serialises it (``json.dumps`` with its indent)."""
+    return json.dumps(document, allow_nan=True, indent=zarr.config.get("json_indent")).encode()
 
 
 def array_metadata_records(
@@ -354,20 +379,20 @@ def array_metadata_records(
 
     The codec chain is exactly one Blosc compressor (``blosc``) or none, with no filters, so
     chunk records are ``blosc(C-order bytes)`` (little-endian bytes in format 3). zarr-python
-    builds the metadata once per shape, dtype, chunks, codecs and fill value; the attributes
-    are serialised here the way it does (``json.dumps`` with its configured indent).
+    builds the metadata once per rank, dtype, codecs and fill value (the shape and chunk shape
+    are filled in); the records are serialised here the way it does (``json.dumps`` with its
+    configured indent).
     """
     if dimension_names is not None and zarr_format != 3:
         raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
     template = _array_template(zarr_format, shape, dtype, chunks, blosc, fill_value, dimension_names)
     attributes = dict(attributes or {})
-    indent = zarr.config.get("json_indent")
     if zarr_format == 3:
         document = {**template.document, "attributes": attributes}  # keeps the key's position
-        return {"zarr.json": json.dumps(document, allow_nan=True, indent=indent).encode()}, document
-    assert template.zarray is not None
-    zattrs = json.dumps(attributes, allow_nan=True, indent=indent).encode()
-    return {".zarray": template.zarray, ".zattrs": zattrs}, {**template.document, "attributes": attributes}
+        return {"zarr.json": _serialised(document)}, document
+    zarray = template.zarray if template.zarray is not None else _serialised(template.document)
+    records = {".zarray": zarray, ".zattrs": _serialised(attributes)}
+    return records, {**template.document, "attributes": attributes}
 
 
 def _refuse_existing_node(store: ZarrStore, path: str, zarr_format: ZarrFormat) -> None:
