@@ -347,6 +347,32 @@ def test_publishing_syncs_the_file_before_the_rename_and_the_folder_after(
     assert calls == [("fsync", partial), ("replace", partial), ("fsync", str(tmp_path))], calls
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_flush_and_close_sync_only_durable_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool
+) -> None:
+    # durable=False (scratch conversions) skips every fsync; the archive is whole either way.
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = tmp_path / "d.itar"
+    with IndexedTarZarrStore(path, mode="w", durable=durable) as store:
+        store.archive["a"] = b"1"
+        store.flush()  # the small record leaves the write buffer: readable in the partial file
+        assert (tmp_path / "d.itar.partial").read_bytes()[512:513] == b"1"
+        store.archive["b"] = b"2" * 3000
+        assert store.archive["b"] == b"2" * 3000  # served from the write buffer
+    partial = str(tmp_path / "d.itar.partial")
+    assert synced == ([partial, partial, str(tmp_path)] if durable else []), synced
+    archive = IndexedTarArchive(path, verify_checksums=True)
+    assert (archive["a"], archive["b"]) == (b"1", b"2" * 3000)
+
+
 def test_abort_discards_the_partial_file(tmp_path: Path) -> None:
     path = tmp_path / "p.itar"
     archive = IndexedTarArchive(path, mode="w")

@@ -87,6 +87,12 @@ class IndexedTarArchive:
         retry: The :class:`~ncore_like.RetryPolicy` of remote reads (default: 5 attempts
             within 30 s); it also sets the filesystem's own retries to one attempt, so that
             they don't multiply its attempts (see the remote page).
+        durable: When writing a local archive, :meth:`flush` and :meth:`close` sync the
+            file (and its folder after the rename) to disk (the default): once they
+            return, what they made durable survives a crash or power cut. ``False`` skips
+            the syncs, for scratch conversions: the archive is complete once :meth:`close`
+            returns, but a power cut (not a killed process) soon after can lose or tear it,
+            and records acknowledged by :meth:`flush` may be lost. Remote archives ignore it.
 
     Writing: records are write-once (a second write of a key raises
     :class:`~ncore_like.RecordExistsError`), except *node metadata records* (``.zgroup``,
@@ -128,13 +134,18 @@ class IndexedTarArchive:
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
+        durable: bool = True,
     ) -> None:
         location = Location(itar_path, storage_options)
         if mode not in _MODES:
             raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r', 'w', 'w-' or 'x')")
         if mode != "r":
             self._impl = WritingArchive.create(
-                location, checksums=checksums, verify_checksums=verify_checksums, exclusive=mode in ("w-", "x")
+                location,
+                checksums=checksums,
+                verify_checksums=verify_checksums,
+                exclusive=mode in ("w-", "x"),
+                durable=durable,
             )
         else:
             options = _read_options(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
@@ -343,8 +354,9 @@ class IndexedTarArchive:
 
     def flush(self) -> None:
         """Makes every record written so far durable without closing: the node metadata
-        records are appended in their current version (a later change appends them again)
-        and a local file is synced to disk, so that :func:`~ncore_like.recover` finds every
+        records are appended in their current version (a later change appends them again),
+        small records still in the write buffer are written, and a local file is synced to
+        disk (unless ``durable=False``), so that :func:`~ncore_like.recover` finds every
         record written before ``flush()`` returned. A remote upload sends what it buffered,
         but becomes an object only at :meth:`close`."""
         self._impl.flush()

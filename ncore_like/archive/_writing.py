@@ -44,10 +44,17 @@ class WritingArchive(ArchiveBase):
 
     @classmethod
     def create(
-        cls, location: Location, *, checksums: bool, verify_checksums: bool | None, exclusive: bool = False
+        cls,
+        location: Location,
+        *,
+        checksums: bool,
+        verify_checksums: bool | None,
+        exclusive: bool = False,
+        durable: bool = True,
     ) -> WritingArchive:
-        """A new archive; ``exclusive``: never replacing a file at its name (modes ``"w-"``, ``"x"``)."""
-        writer = ArchiveWriter(location, checksums=checksums, exclusive=exclusive)
+        """A new archive; ``exclusive``: never replacing a file at its name (modes ``"w-"``,
+        ``"x"``); ``durable``: flush and close sync a local file to disk."""
+        writer = ArchiveWriter(location, checksums=checksums, exclusive=exclusive, durable=durable)
         return cls(
             location,
             writer,

@@ -59,6 +59,7 @@ class IndexedTarZarrStore(Store):
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
+        durable: bool = True,
     ) -> None:
         self._archive = IndexedTarArchive(
             itar_path,
@@ -70,6 +71,7 @@ class IndexedTarZarrStore(Store):
             storage_options=storage_options,
             cache=cache,
             retry=retry,
+            durable=durable,
         )
         super().__init__(ItarZarrStore(self._archive))
         self._init_views()

@@ -1,0 +1,120 @@
+"""A disk that refuses writes mid-archive: the writer raises a clear ``OSError`` naming its
+file, nothing appears at the archive's name, and the partial file keeps what reached the
+disk for ``recover``. The failure is the kernel's own: the writer runs in a process whose
+file size limit (``RLIMIT_FSIZE``) ends its file at a chosen byte (writes past it fail with
+``EFBIG``), with small records in the write buffer and large ones written directly."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ncore_like import IndexedTarArchive, recover
+from tests.support.killed_writer import key, payload
+
+REPO = Path(__file__).resolve().parent.parent
+
+WRITER = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from ncore_like import IndexedTarArchive
+    from tests.support.killed_writer import key, payload
+
+    path, seed, count, limit, flush_every = sys.argv[1], *map(int, sys.argv[2:6])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    try:
+        with IndexedTarArchive(path, mode="w") as archive:
+            for index in range(count):
+                archive[key(index)] = payload(seed, index)
+                if flush_every and (index + 1) % flush_every == 0:
+                    archive.flush()
+                    print("flushed", index + 1, flush=True)
+    except OSError as error:
+        print("error", error.errno, error.filename, "|", error, flush=True)
+        sys.exit(3)
+    print("closed", flush=True)
+    """
+)
+
+
+def run_limited(path: Path, seed: int, count: int, limit: int, flush_every: int) -> list[str]:
+    process = subprocess.run(
+        [sys.executable, "-c", WRITER, str(path), str(seed), str(count), str(limit), str(flush_every)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 3, (process.returncode, process.stdout, process.stderr)
+    return process.stdout.splitlines()
+
+
+@pytest.mark.parametrize(("seed", "limit", "flush_every"), [(0, 3 << 20, 0), (1, 1 << 20, 5), (2, 6_000_123, 7)])
+def test_a_full_disk_mid_write_raises_keeps_the_partial_file_and_publishes_nothing(
+    tmp_path: Path, seed: int, limit: int, flush_every: int
+) -> None:
+    path = tmp_path / "full.itar"
+    count = 400  # ~16 MB of records of 0 B - 200 KB: well past every limit
+    lines = run_limited(path, seed, count, limit, flush_every)
+    error = lines[-1]
+    # A clear OSError: the kernel's reason, and the file it could not write.
+    assert error.startswith(f"error {errno.EFBIG} {tmp_path / 'full.itar.partial'} |"), lines
+    assert "File too large" in error and "what was written stays for recovery" in error, error
+    assert not path.exists()  # nothing at the final name
+    partial = tmp_path / "full.itar.partial"
+    assert partial.exists() and partial.stat().st_size <= limit
+    flushed = max((int(line.split()[1]) for line in lines if line.startswith("flushed ")), default=0)
+    report = recover(path)
+    assert not report.damaged, report
+    archive = IndexedTarArchive(path, verify_checksums=True)
+    kept = {name: archive[name] for name in archive.keys()}
+    # The records recovered are the first ones, byte for byte, and every flushed one.
+    assert kept == {key(index): payload(seed, index) for index in range(len(kept))}
+    assert len(kept) >= flushed
+
+
+RETRYING_WRITER = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from ncore_like import IndexedTarArchive
+    from tests.support.killed_writer import key, payload
+
+    path, seed, count, limit = sys.argv[1], *map(int, sys.argv[2:5])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    failed = []
+    with IndexedTarArchive(path, mode="w") as archive:
+        for index in range(count):
+            try:
+                archive[key(index)] = payload(seed, index)
+            except OSError:  # space freed: the same record again
+                failed.append(index)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+                archive[key(index)] = payload(seed, index)
+    print("failed", *failed, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(("seed", "limit"), [(3, 2 << 20), (4, 5_000_001)])
+def test_a_write_that_failed_can_be_retried_and_the_archive_is_whole(tmp_path: Path, seed: int, limit: int) -> None:
+    path = tmp_path / "retried.itar"
+    count = 300
+    process = subprocess.run(
+        [sys.executable, "-c", RETRYING_WRITER, str(path), str(seed), str(count), str(limit)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 0 and process.stdout.split()[:1] == ["failed"], (process.stdout, process.stderr)
+    assert len(process.stdout.split()) == 2, process.stdout  # one write failed, then the disk had room
+    archive = IndexedTarArchive(path, verify_checksums=True)
+    assert archive.keys() == [key(index) for index in range(count)]
+    assert all(archive[key(index)] == payload(seed, index) for index in range(count))
