@@ -103,3 +103,17 @@ def test_the_engine_imports_no_command_line() -> None:
     code = "import sys, ncore_like._pack; print(any(name.startswith('ncore_like.cli') for name in sys.modules))"
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "False"
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_pack_syncs_only_when_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool) -> None:
+    import os
+
+    source = write_source(tmp_path / "scene.zarr")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    ncore_like.pack(source, tmp_path / "scene.itar", durable=durable)
+    assert bool(synced) == durable  # the file before its rename, the folder after
+    with IndexedTarZarrStore(tmp_path / "scene.itar") as store:
+        np.testing.assert_array_equal(store.open_root_group().array("scans/points").read(), VALUES)

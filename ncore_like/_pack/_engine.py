@@ -111,6 +111,7 @@ def pack(
     storage_options: Mapping[str, Any] | Sequence[tuple[str, Any]] = (),
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    durable: bool = True,
 ) -> PackResult:
     """Packs the zarr hierarchy at ``source`` into the new archive ``destination``.
 
@@ -139,6 +140,8 @@ def pack(
         workers: Threads reading and encoding (default: one per CPU).
         progress: Told of the work done as ``progress(step, advance, total)`` (see
             :data:`ProgressCallback`).
+        durable: Sync the new archive to disk before it appears (see
+            :class:`~ncore_like.IndexedTarArchive`); ``False`` for scratch conversions.
 
     Raises:
         ArchiveExistsError: ``destination`` exists and ``overwrite`` is False (also when
@@ -182,12 +185,13 @@ def pack(
         )
         if root is None or (verbatim and not split):
             # Records copied verbatim: every array keeps its codecs and bytes.
-            with _writing(dest, overwrite=overwrite) as new:
-                _copy_records(src_store, new, consolidate=consolidate, workers=threads, progress=report)
+            folder = Path(src.local) if kind == "directory" and src.local is not None else None
+            with _writing(dest, overwrite=overwrite, durable=durable) as new:
+                _copy_records(src_store, new, consolidate=consolidate, workers=threads, progress=report, folder=folder)
             outcome = _Outcome([], [])
         else:
             plan = _Plan(verbatim, bytes_as_blobs, src_store)
-            with _writing(dest, overwrite=overwrite) as new:
+            with _writing(dest, overwrite=overwrite, durable=durable) as new:
                 outcome = _reencode(
                     root, new, plan, zarr_format=new_format, consolidate=consolidate, workers=threads,
                     progress=report, compression=asked,
@@ -275,7 +279,7 @@ def _existing(dest: Location) -> ArchiveExistsError:
 
 
 @contextlib.contextmanager
-def _writing(dest: Location, *, overwrite: bool) -> Iterator[IndexedTarZarrStore]:
+def _writing(dest: Location, *, overwrite: bool, durable: bool = True) -> Iterator[IndexedTarZarrStore]:
     """A new archive that appears at ``dest`` only when it is complete. Without
     ``overwrite`` it never replaces a file there, even one created meanwhile. On any
     failure (a bad source, Ctrl-C, SIGTERM) it is discarded: a file at ``dest`` stays as it
@@ -283,7 +287,7 @@ def _writing(dest: Location, *, overwrite: bool) -> Iterator[IndexedTarZarrStore
     store = None
     try:
         with deferred_signals():  # a partial file created is a partial file cleaned up
-            store = IndexedTarZarrStore(dest.target, "w" if overwrite else "x")
+            store = IndexedTarZarrStore(dest.target, "w" if overwrite else "x", durable=durable)
         yield store
         store.close()
     except BaseException as error:
@@ -305,15 +309,21 @@ def _writing(dest: Location, *, overwrite: bool) -> Iterator[IndexedTarZarrStore
 
 
 def _copy_records(
-    source: Store, dest: IndexedTarZarrStore, *, consolidate: bool, workers: int, progress: ProgressCallback
-) -> None:
+    source: Store, dest: IndexedTarZarrStore, *, consolidate: bool, workers: int, progress: ProgressCallback,
+    folder: Path | None = None,
+) -> None:  # fmt: skip
     """Copies every record verbatim (each array keeps its codecs, chunks and bytes); the
-    consolidated metadata is regenerated from the node metadata records, never copied."""
+    consolidated metadata is regenerated from the node metadata records, never copied.
+    ``folder``: the source is this zarr directory, whose files are read directly."""
     if isinstance(source, IndexedTarZarrStore):
         archive = source.archive
         keys = [key for key in archive.keys() if not Store.is_consolidated_metadata_key(key)]
         total = sum(archive.records[key].size for key in keys)
         reads: Iterator[tuple[str, bytes]] = scan_records(archive, keys)  # adjacent records read together
+    elif folder is not None:
+        keys = sorted(key for key in _files(folder) if not Store.is_consolidated_metadata_key(key))
+        total = len(keys)
+        reads = _folder_records(folder, keys, workers)
     else:
         keys = sorted(key for key in source.record_keys() if not Store.is_consolidated_metadata_key(key))
         total = len(keys)
@@ -325,6 +335,30 @@ def _copy_records(
             progress("copy", len(data) if in_bytes else 1, total)
     if consolidate and has_hierarchy(dest.archive):
         dest.consolidate()
+
+
+def _files(folder: Path) -> Iterator[str]:
+    """The files below ``folder``, as ``/``-separated keys (what zarr-python lists there)."""
+    for parent, _, names in os.walk(folder):
+        relative = os.path.relpath(parent, folder)
+        prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
+        for name in names:
+            yield prefix + name
+
+
+def _folder_records(folder: Path, keys: list[str], workers: int) -> Iterator[tuple[str, bytes]]:
+    """The files of a zarr directory, read ahead on threads, in order: a plain read each
+    (through zarr-python's store, a file costs several times its read: most of the time of
+    many small chunks)."""
+
+    def read(key: str) -> bytes:
+        with open(folder / key, "rb") as file:
+            return file.read()
+
+    with ThreadPoolExecutor(workers) as pool:
+        yield from ordered_map(
+            pool, read, keys, max_items=64 * workers, max_bytes=_MAX_BYTES_IN_FLIGHT, size=lambda _: 0
+        )
 
 
 def _store_records(source: Store, keys: list[str], workers: int) -> Iterator[tuple[str, bytes]]:

@@ -29,7 +29,7 @@ from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, ItarZarrStore, Store
 from ..store._metadata import ArrayView, codecs_of, dimension_names_of
 from ._compression import BloscCompression, describe_codecs
-from ._encoding import chunk_regions, encode_chunk
+from ._encoding import encode_chunks
 from ._node import Node
 
 __all__ = ["Array", "Selection"]
@@ -512,12 +512,10 @@ class Array(Node[ZarrArray]):
         block_shape = tuple(item.stop - item.start for item in region)
         values = np.broadcast_to(np.asarray(data, dtype=writer.dtype), data_shape).reshape(block_shape)
         first = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
+        # Encoded on the worker pool in batches of small chunks (see encode_chunks).
         self._write_chunk_records(
             [
-                (
-                    tuple(f + c for f, c in zip(first, coords, strict=True)),
-                    encode_chunk(values[piece], writer.chunks, writer.fill_value, writer.compression),
-                )
-                for coords, piece in chunk_regions(block_shape, writer.chunks)
+                (tuple(f + c for f, c in zip(first, coords, strict=True)), record)
+                for coords, record in encode_chunks(values, writer.chunks, writer.fill_value, writer.compression)
             ]
         )

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from types import EllipsisType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,7 @@ import numpy.typing as npt
 from .._codecs import blosc_compress
 from .._compat import check_zarr_format, guess_chunks
 from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
-from .._defaults import ENCODE_AHEAD_BYTES
+from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES
 from ._compression import BloscCompression
 
 __all__ = [
@@ -131,12 +131,14 @@ def encode_chunks(
     compression: BloscCompression | None,
     *,
     copy: bool = True,
+    batch_bytes: int = ENCODE_BATCH_BYTES,
 ) -> Iterator[tuple[tuple[int, ...], Record]]:
     """Every chunk's coordinates and record (see :func:`encode_chunk`), in C order.
 
     Compressed chunks are encoded on the shared worker pool, a bounded number ahead of the
     consumer (which writes them meanwhile): Blosc releases the GIL, so encoding runs on every
-    core. From a thread of that pool, chunks are encoded inline.
+    core. Small chunks go to the pool in batches (:data:`ENCODE_BATCH_BYTES` a task). From a
+    thread of that pool, chunks are encoded inline.
     """
     regions = chunk_regions(tuple(values.shape), chunks)
     chunk_bytes = math.prod(chunks) * values.dtype.itemsize
@@ -145,16 +147,32 @@ def encode_chunks(
             yield coords, encode_chunk(values[region], chunks, fill_value, compression, copy=copy)
         return
 
-    def encode(item: tuple[tuple[int, ...], Region]) -> Record:
-        return encode_chunk(values[item[1]], chunks, fill_value, compression)
+    def encode(batch: list[tuple[tuple[int, ...], Region]]) -> list[Record]:
+        return [encode_chunk(values[region], chunks, fill_value, compression) for _, region in batch]
 
     workers = worker_threads()
+    per_task = max(1, batch_bytes // max(1, chunk_bytes))
     encoded = ordered_map(
-        worker_pool(), encode, regions, max_items=2 * workers, max_bytes=ENCODE_AHEAD_BYTES, size=lambda _: chunk_bytes
+        worker_pool(),
+        encode,
+        _batches(regions, per_task),
+        max_items=2 * workers,
+        max_bytes=ENCODE_AHEAD_BYTES,
+        size=lambda batch: chunk_bytes * len(batch),
     )
     with closing(encoded):
-        for (coords, _), record in encoded:
-            yield coords, record
+        for batch, records in encoded:
+            for (coords, _), record in zip(batch, records, strict=True):
+                yield coords, record
+
+
+_T = TypeVar("_T")
+
+
+def _batches(items: Iterator[_T], size: int) -> Iterator[list[_T]]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    while batch := list(itertools.islice(items, size)):
+        yield batch
 
 
 def prepare_values(
