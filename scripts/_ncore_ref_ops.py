@@ -19,8 +19,11 @@ the script prints one JSON object: ``{"versions": {...}, op: {"seconds": median,
 ``lookup``: ``{"itar", "names", "repeats"}``; loop ``root["frames"][name][...]``.
     Reports ``{"seconds", "count"}``.
 ``row``: ``{"itar", "array", "picks", "repeats"}``; loop ``arr[i]``. Reports ``{"seconds", "count"}``.
-``frames_write``: ``{"dir", "count", "nbytes", "seed", "repeats"}``; a group ``frames`` of
+``frames_write``: ``{"dir", "count", "nbytes", "seed", "repeats"}`` (and optionally
+    ``"sizes"``, one per frame, instead of ``nbytes`` each); a group ``frames`` of
     uncompressed uint8 arrays with attributes, consolidated. Reports ``{"seconds", "count", "nbytes"}``.
+``records_write``: ``{"dir", "count", "low", "high", "seed", "repeats"}``; ``store[key] = value``
+    of ``count`` raw records of ``low``-``high`` random bytes. Reports ``{"seconds", "count"}``.
 ``volume_write``: ``{"dir", "npy", "chunks", "cname", "clevel", "shuffle", "repeats"}``; one
     Blosc array ``volume``. Reports ``{"seconds", "nbytes"}``.
 ``row_writes``: ``{"dir", "rows", "cols", "seed", "repeats"}``; ``arr[i] = data[i]`` into an
@@ -62,6 +65,7 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "frames_write": ("dir", "count", "nbytes", "seed", "repeats"),
     "volume_write": ("dir", "npy", "chunks", "cname", "clevel", "shuffle", "repeats"),
     "row_writes": ("dir", "rows", "cols", "seed", "repeats"),
+    "records_write": ("dir", "count", "low", "high", "seed", "repeats"),
     "scan": ("url", "storage_options", "keys", "sha256", "repeats"),
 }
 
@@ -194,7 +198,7 @@ def run_scan(spec: JsonDict) -> JsonDict:
 # -- writes -------------------------------------------------------------------------------------
 
 
-def write_frames(path: Path, frames: np.ndarray) -> float:
+def write_frames(path: Path, frames: np.ndarray | list[np.ndarray]) -> float:
     """Writes the frames archive and returns the seconds from opening the store to closing it."""
     start = time.perf_counter()
     store = IndexedTarStore(path, mode="w")
@@ -210,7 +214,10 @@ def write_frames(path: Path, frames: np.ndarray) -> float:
 def run_frames_write(spec: JsonDict) -> JsonDict:
     count, nbytes = spec["count"], spec["nbytes"]
     check(count > 0 and nbytes > 0, "frames_write: count and nbytes must be positive")
-    frames = np.random.default_rng(spec["seed"]).integers(0, 255, size=(count, nbytes), dtype=np.uint8)
+    rng = np.random.default_rng(spec["seed"])
+    sizes = spec.get("sizes") or [nbytes] * count
+    check(len(sizes) == count, "frames_write: one size per frame")
+    frames = [rng.integers(0, 255, size=size, dtype=np.uint8) for size in sizes]
     directory = Path(spec["dir"])
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -227,7 +234,36 @@ def run_frames_write(spec: JsonDict) -> JsonDict:
         path.unlink(missing_ok=True)
 
     seconds = median_write_seconds(lambda path: write_frames(path, frames), directory, "ref-frames", spec["repeats"])
-    return {"seconds": seconds, "count": count, "nbytes": count * nbytes}
+    return {"seconds": seconds, "count": count, "nbytes": sum(sizes)}
+
+
+def run_records_write(spec: JsonDict) -> JsonDict:
+    count, low, high = spec["count"], spec["low"], spec["high"]
+    check(count > 0 and 0 < low <= high, "records_write: count > 0 and 0 < low <= high")
+    rng = np.random.default_rng(spec["seed"])
+    payloads = [rng.bytes(int(size)) for size in rng.integers(low, high + 1, size=count)]
+    keys = [f"records/{index:06d}" for index in range(count)]
+    directory = Path(spec["dir"])
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def write(path: Path) -> float:
+        start = time.perf_counter()
+        store = IndexedTarStore(path, mode="w")
+        for index, key in enumerate(keys):
+            store[key] = payloads[index]
+        store.close()
+        return time.perf_counter() - start
+
+    path = directory / "ref-records-check.itar"
+    try:
+        write(path)
+        with IndexedTarStore(path, mode="r") as store:
+            check(bytes(store[keys[-1]]) == payloads[-1], "records_write: record read back differs")
+    finally:
+        path.unlink(missing_ok=True)
+
+    seconds = median_write_seconds(write, directory, "ref-records", spec["repeats"])
+    return {"seconds": seconds, "count": count}
 
 
 def run_volume_write(spec: JsonDict) -> JsonDict:
@@ -305,6 +341,7 @@ RUNNERS: dict[str, Callable[[JsonDict], JsonDict]] = {
     "frames_write": run_frames_write,
     "volume_write": run_volume_write,
     "row_writes": run_row_writes,
+    "records_write": run_records_write,
     "scan": run_scan,
 }
 

@@ -13,18 +13,29 @@ Workloads:
 3. ``batch``: ``arr.read([i0, ..., i7], out=batch)`` of 8 random sweeps of a
    ``[sweeps, 50000, 4]`` float32 array chunked by sweep (Blosc) against the same 8 sweeps
    read one by one into the batch. Target: <= 1.2 x.
-4. ``frames``: writing ~800 KB frames one array each (``create_array(..., chunks="single",
-   compression=None, attributes=...)``, consolidate, close) against raw ``os.write`` of the
-   same bytes and ``fsync`` (closing an archive syncs it). Target: >= 0.8 x raw throughput.
+4. ``frames``: writing frames of different sizes (drawn uniformly in 200 KB - 2 MB) one
+   array each (``create_array(..., chunks="single", compression=None, attributes=...)``,
+   consolidate, close) against ``os.write`` of the same bytes and ``fsync`` of the file and
+   its folder (closing an archive syncs both). Target: >= 0.8 x that throughput; with
+   ``durable=False`` (no fsync) >= h5py's (which syncs nothing).
 5. ``volume``: ``create_array("volume", data, chunks=(1, 1024, 1024),
    compression=BloscCompression())`` of a 268 MB float32 volume in a new archive against the
    Blosc encode limit on 2 threads (``numcodecs.blosc.compress`` of the same chunks, nothing
    written). Target: >= 0.85 x the limit's throughput.
+6a. ``row-array``: ``create_array`` of a ``[rows, 1024]`` float32 array chunked by row
+   (Blosc), close included, against h5py's ``create_dataset`` of the same. Target: >= 1.0 x
+   h5py's rows per second.
 6. ``row-writes``: writing a ``[rows, 1024]`` float32 array (Blosc, chunked by row) row by
    row with ``arr.write(i, row)`` into an empty array, close included, against h5py writing
    the same rows into a dataset of the same chunks and Blosc settings (hdf5plugin). Target:
    >= 1.0 x h5py's rows per second.
-7. ``imports``: ``from ncore_like import Group, IndexedTarZarrStore, IndexedTarArchive``
+7. ``records``: 20,000 raw records of 1-4 KB (``archive[key] = value``, close) against the
+   reference's ``store[key] = value``. Target: >= 4 x its records per second.
+8. ``pack``: ``ncore_like.pack`` of a zarr directory of ~500 MB (frames of different sizes,
+   a row-chunked array, a Blosc volume, as zarr-python writes them; codecs kept) against
+   reading every source file and writing the same bytes back to back with ``fsync``.
+   Target: >= 0.7 x.
+9. ``imports``: ``from ncore_like import Group, IndexedTarZarrStore, IndexedTarArchive``
    against ``import zarr`` (each in a fresh interpreter, bytecode compiled; target <= 1.1 x),
    and ``from ncore_like.archive import IndexedTarArchive`` alone (target <= 60 ms).
 
@@ -57,7 +68,7 @@ from typing import Any
 import numcodecs.blosc
 import numpy as np
 
-from ncore_like import BloscCompression, IndexedTarZarrStore
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
 import _benchlib as bench
@@ -71,7 +82,11 @@ NOTES: list[str] = []  # printed below the table (a peer that isn't installed...
 @dataclass(frozen=True)
 class Config:
     frames: int = 300
-    frame_bytes: int = 800_000
+    frame_bytes: int = 800_000  # lookups
+    frame_low: int = 200_000  # writes: sizes drawn uniformly in [frame_low, frame_high]
+    frame_high: int = 2_000_000
+    records: int = 20_000
+    pack_mb: int = 500
     lookups: int = 2000
     rows: int = 20_000
     row_reads: int = 4000
@@ -89,7 +104,8 @@ def configure(args: argparse.Namespace) -> Config:
     if not args.quick:
         return Config(seed=args.seed)
     return Config(
-        frames=40, lookups=300, rows=2000, row_reads=500, sweeps=40, batches=10, repeats=3, write_repeats=2,
+        frames=40, frame_high=600_000, records=2000, pack_mb=40,
+        lookups=300, rows=2000, row_reads=500, sweeps=40, batches=10, repeats=3, write_repeats=2,
         volume_shape=(8, 1024, 1024), row_writes=2000, import_rounds=3, seed=args.seed,
     )  # fmt: skip
 
@@ -341,52 +357,203 @@ def bench_batch(run: bench.Run[Config]) -> list[Row]:
     return [row]
 
 
+def fsync_folder(path: Path) -> None:
+    """Puts a folder's entries on disk (as closing an archive does after its rename)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def bench_frames(run: bench.Run[Config]) -> list[Row]:
     config, rng = run.config, run.generator
-    frames = [rng.integers(0, 255, size=config.frame_bytes, dtype=np.uint8) for _ in range(config.frames)]
+    sizes = rng.integers(config.frame_low, config.frame_high + 1, size=config.frames)
+    frames = [rng.integers(0, 255, size=int(size), dtype=np.uint8) for size in sizes]
     nbytes = sum(frame.nbytes for frame in frames)
     ours_path, raw_path, h5_path = run.tmp / "frames.itar", run.tmp / "frames.bin", run.tmp / "frames.h5"
 
-    def ours() -> None:
-        with IndexedTarZarrStore(ours_path, mode="w") as store:
+    def ours(durable: bool = True) -> None:
+        with IndexedTarZarrStore(ours_path, mode="w", durable=durable) as store:
             group = store.create_root_group({}).create_group("frames")
             for index, frame in enumerate(frames):
-                group.create_array(f"{index:05d}", frame, compression=None, attributes={"t": index})
+                group.create_array(f"{index:05d}", frame, chunks="single", compression=None, attributes={"t": index})
             store.consolidate()
 
-    functions: dict[str, Callable[[], object]] = {"ours": ours, "raw": lambda: write_raw(raw_path, frames)}
+    def raw_durable() -> None:
+        write_raw(raw_path, frames)  # and fsync
+        fsync_folder(run.tmp)
+
+    functions: dict[str, Callable[[], object]] = {
+        "ours": ours,
+        "ours_not_durable": lambda: ours(durable=False),
+        "write_fsync": raw_durable,
+        "write": lambda: write_raw(raw_path, frames, sync=False),
+    }
     modules = h5py_modules()
     if modules is not None:
         h5py = modules[0]
 
-        def h5() -> None:
+        def h5() -> None:  # no fsync: h5py's users don't get one
             with h5py.File(h5_path, "w") as file:
                 group = file.create_group("frames")
                 for index, frame in enumerate(frames):
                     group.create_dataset(f"{index:05d}", data=frame).attrs["t"] = index
-            fsync_file(h5_path)
 
         functions["h5py"] = h5
     ours()  # warm-up, and a check of what was written
     check = IndexedTarZarrStore(ours_path).open_root_group().group("frames")
     np.testing.assert_array_equal(check.array(f"{len(frames) - 1:05d}").read(), frames[-1])
     times = median_times(functions, config.write_repeats, after=unlink_all(ours_path, raw_path, h5_path), isolate=True)
-    measure = f"{len(frames)} x create_array(frame, compression=None, attributes=...), {nbytes / MB:.0f} MB"
-    rows = [throughput_row("4 frames", measure, bench.Timings({n: [times[n]] for n in ("ours", "raw")}), "ours",
-                           "raw", nbytes, 0.8)]  # fmt: skip
+    low, high = config.frame_low / 1e3, config.frame_high / 1e3
+    what = f"{len(frames)} frames of {low:.0f}-{high:.0f} KB, {nbytes / MB:.0f} MB"
+    measure = f"create_array(frame, chunks='single', compression=None, attributes=...) x {what}"
+    timings = bench.Timings({name: [seconds] for name, seconds in times.items()})
+    rows = [
+        throughput_row("4 frames", measure + " vs write + fsync", timings, "ours", "write_fsync", nbytes, 0.8),
+        peer_row("4 frames", "plain os.write, no fsync", times["write_fsync"] / times["write"],
+                 "throughput write/write_fsync", f"write {ms(times['write'])} ({gbs(nbytes, times['write'])})"),
+    ]  # fmt: skip
     if "h5py" in times:
-        detail = f"h5py {ms(times['h5py'])} ({gbs(nbytes, times['h5py'])})"
-        rows.append(peer_row("4 frames", "h5py: create_dataset(frame) + attrs, fsync", times["raw"] / times["h5py"],
-                             "throughput h5py/raw", detail))  # fmt: skip
-    spec = {"dir": str(run.tmp), "count": config.frames, "nbytes": config.frame_bytes, "seed": 1,
-            "repeats": config.write_repeats}  # fmt: skip
+        rows.append(throughput_row("4 frames", "durable=False vs h5py create_dataset(frame) + attrs (no fsync)",
+                                   timings, "ours_not_durable", "h5py", nbytes, 1.0))  # fmt: skip
+    spec = {"dir": str(run.tmp), "count": config.frames, "nbytes": config.frame_low, "seed": 1,
+            "sizes": [int(size) for size in sizes], "repeats": config.write_repeats}  # fmt: skip
     measured = reference(run, {"frames_write": spec})
     if measured is not None:
         seconds = measured["frames_write"]["seconds"]
         rows.append(peer_row("4 frames", "reference (nvidia-ncore): create_dataset per frame, consolidate, close",
-                             times["raw"] / seconds, "throughput reference/raw",
+                             times["write_fsync"] / seconds, "throughput reference/write_fsync",
                              f"reference {ms(seconds)} ({gbs(nbytes, seconds)})"))  # fmt: skip
     return rows
+
+
+def bench_row_array(run: bench.Run[Config]) -> list[Row]:
+    config, rng = run.config, run.generator
+    values = rng.standard_normal((config.rows, 1024)).astype(np.float32)
+    values[:, ::2] = 0  # compressible, as in workload 2
+    path, h5_path = run.tmp / "rowarray.itar", run.tmp / "rowarray.h5"
+
+    def ours(durable: bool = True) -> None:
+        with IndexedTarZarrStore(path, mode="w", durable=durable) as store:
+            store.create_root_group({}).create_array("rows", values, chunks=(1, 1024), compression=COMPRESSION)
+
+    functions: dict[str, Callable[[], object]] = {"ours": ours, "ours_not_durable": lambda: ours(durable=False)}
+    modules = h5py_modules()
+    if modules is not None:
+        h5py, hdf5plugin = modules
+
+        def h5() -> None:
+            with h5py.File(h5_path, "w") as file:
+                file.create_dataset("rows", data=values, chunks=(1, 1024), **h5py_blosc(hdf5plugin))
+
+        functions["h5py"] = h5
+    ours()
+    np.testing.assert_array_equal(
+        IndexedTarZarrStore(path).open_root_group(consolidated=False).array("rows").read(), values
+    )
+    times = median_times(functions, config.write_repeats, after=unlink_all(path, h5_path), isolate=True)
+    count = len(values)
+    rates = ", ".join(f"{name} {count / seconds / 1000:.1f} k rows/s" for name, seconds in times.items())
+    rows = []
+    if "h5py" in times:
+        ratio = times["h5py"] / times["ours"]
+        rows.append(Row("6a row array", f"create_array([{count}, 1024] f4, chunks=(1, 1024), Blosc), durable close",
+                        ratio, "rows/s ours/h5py", ">= 1.00x", ratio >= 1.0,
+                        {f"{name}_s": seconds for name, seconds in times.items()}, rates))  # fmt: skip
+    npy = run.tmp / "rows.npy"
+    np.save(npy, values)
+    c = COMPRESSION
+    spec = {"dir": str(run.tmp), "npy": str(npy), "chunks": [1, 1024], "cname": c.cname, "clevel": c.clevel,
+            "shuffle": c.shuffle_id, "repeats": config.write_repeats}  # fmt: skip
+    measured = reference(run, {"volume_write": spec})
+    if measured is not None:
+        seconds = measured["volume_write"]["seconds"]
+        rows.append(peer_row("6a row array", "reference (nvidia-ncore): create_dataset(rows, chunks=(1, 1024))",
+                             seconds / times["ours"], "rows/s ours/reference",
+                             f"reference {count / seconds / 1000:.1f} k rows/s"))  # fmt: skip
+    return rows
+
+
+def bench_records(run: bench.Run[Config]) -> list[Row]:
+    config = run.config
+    rng = np.random.default_rng(config.seed + 7)
+    payloads = [rng.bytes(int(size)) for size in rng.integers(1024, 4097, size=config.records)]
+    keys = [f"records/{index:06d}" for index in range(config.records)]
+    path = run.tmp / "records.itar"
+
+    def ours(durable: bool = True) -> None:
+        with IndexedTarArchive(path, mode="w", durable=durable) as archive:
+            for key, payload in zip(keys, payloads, strict=True):
+                archive[key] = payload
+
+    functions: dict[str, Callable[[], object]] = {"ours": ours, "ours_not_durable": lambda: ours(durable=False)}
+    ours()
+    assert IndexedTarArchive(path)[keys[-1]] == payloads[-1]
+    times = median_times(functions, config.write_repeats, after=unlink_all(path), isolate=True)
+    count = len(keys)
+    rates = ", ".join(f"{name} {count / seconds / 1000:.1f} k/s" for name, seconds in times.items())
+    spec = {"dir": str(run.tmp), "count": count, "low": 1024, "high": 4096, "seed": 3, "repeats": config.write_repeats}
+    measured = reference(run, {"records_write": spec})
+    if measured is None:
+        return [Row("7 records", f"archive[key] = 1-4 KB record x {count}", None, "records/s", "(needs reference)",
+                    None, {}, rates)]  # fmt: skip
+    seconds = measured["records_write"]["seconds"]
+    ratio = seconds / times["ours"]
+    return [Row("7 records", f"archive[key] = 1-4 KB record x {count}, close (fsync) vs reference store[key] = ...",
+                ratio, "records/s ours/reference", ">= 4.00x", ratio >= 4.0,
+                {**{f"{name}_s": value for name, value in times.items()}, "reference_s": seconds},
+                rates + f", reference {count / seconds / 1000:.1f} k/s")]  # fmt: skip
+
+
+def write_pack_source(directory: Path, config: Config, rng: np.random.Generator) -> int:
+    """A zarr directory as zarr-python writes it (format 2): frames of different sizes, a
+    row-chunked array and a Blosc volume, about ``config.pack_mb`` MB; returns its bytes."""
+    import zarr
+
+    root = zarr.open_group(zarr.storage.LocalStore(directory), mode="w", zarr_format=2)
+    budget = config.pack_mb * MB
+    frames = root.create_group("frames")
+    share, index = budget // 2, 0
+    while share > 0:
+        frame = rng.integers(0, 255, size=int(rng.integers(200_000, 2_000_001)), dtype=np.uint8)
+        frames.create_array(f"{index:05d}", shape=frame.shape, dtype=frame.dtype, chunks=frame.shape,
+                            compressors=None, attributes={"t": index})[...] = frame  # fmt: skip
+        share -= frame.nbytes
+        index += 1
+    rows = rng.standard_normal((max(1, budget // 4 // 4096), 1024)).astype(np.float32)
+    rows[:, ::2] = 0
+    compressor = numcodecs.blosc.Blosc(cname="lz4", clevel=5, shuffle=2)
+    root.create_array("rows", shape=rows.shape, dtype=rows.dtype, chunks=(1, 1024), compressors=compressor)[...] = rows
+    volume = make_volume((max(1, budget // 4 // (4 << 20)), 1024, 1024), rng)
+    root.create_array("volume", shape=volume.shape, dtype=volume.dtype, chunks=(1, 1024, 1024),
+                      compressors=compressor)[...] = volume  # fmt: skip
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+
+
+def bench_pack(run: bench.Run[Config]) -> list[Row]:
+    import ncore_like
+
+    source = run.tmp / "source.zarr"
+    nbytes = write_pack_source(source, run.config, run.generator)
+    files = sorted(path for path in source.rglob("*") if path.is_file())
+    dest, raw_path = run.tmp / "packed.itar", run.tmp / "packed.bin"
+
+    def read_and_write() -> None:
+        # What packing can't avoid: every source file read, the same bytes written durably.
+        write_raw(raw_path, [path.read_bytes() for path in files])
+        fsync_folder(run.tmp)
+
+    functions: dict[str, Callable[[], object]] = {
+        "pack": lambda: ncore_like.pack(source, dest, overwrite=True),
+        "read_write_fsync": read_and_write,
+    }
+    ncore_like.pack(source, dest)
+    assert IndexedTarZarrStore(dest).open_root_group(consolidated=False).array("volume").shape[1:] == (1024, 1024)
+    times = median_times(functions, run.config.write_repeats, after=unlink_all(dest, raw_path), isolate=True)
+    what = f"ncore_like.pack of a {nbytes / MB:.0f} MB zarr directory ({len(files)} files: frames, row chunks, volume)"
+    timings = bench.Timings({name: [seconds] for name, seconds in times.items()})
+    return [throughput_row("8 pack", what, timings, "pack", "read_write_fsync", nbytes, 0.7)]
 
 
 def blosc_limit(chunk: Volume) -> bytes:
@@ -586,7 +753,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return bench.run_benchmark(
         "bench_ops", __doc__,
         {"lookup": bench_lookup, "row": bench_row, "batch": bench_batch, "frames": bench_frames,
-         "volume": bench_volume, "row-writes": bench_row_writes, "imports": bench_imports},
+         "volume": bench_volume, "row-array": bench_row_array, "row-writes": bench_row_writes,
+         "records": bench_records, "pack": bench_pack, "imports": bench_imports},
         configure, argv=argv, quick_help="small, fast run (smoke test)", seed_help="random seed (data, picks)",
         notes=NOTES, other_versions=peer_versions(),
     )  # fmt: skip

@@ -27,6 +27,12 @@ rotates each round). Workloads:
    close syncs the file) vs the raw writes without ``fsync`` (targets by analogy with 1:
    >= 0.8 x raw).
 
+4. Encoding small chunks: ``encode_chunks`` (what ``create_array`` and ``EncodedArray.encode``
+   run) of a ``[20000, 1024]`` float32 array chunked by row (4 KiB chunks, Blosc) with the
+   chunks handed to the worker pool one per task and in batches of 64, 256 and 1024 KiB,
+   vs the 2-thread Blosc encode limit (two threads, each encoding half the chunks in a loop).
+   Chooses ``ENCODE_BATCH_BYTES``; no target.
+
 Prints one table (ratio of medians, the target, and for judging interference from other
 processes the same ratio of the fastest runs, "best"); ``--json PATH`` also writes the
 results.
@@ -83,6 +89,7 @@ class Config:
     chunk_planes: int = 4
     encode_repeats: int = 11
     store_repeats: int = 9
+    batch_rows: int = 20_000
     seed: int = 0
 
 
@@ -91,7 +98,13 @@ def configure(args: argparse.Namespace) -> Config:
     if not args.quick:
         return Config(seed=args.seed)
     return Config(
-        blobs=60, write_repeats=3, volume_shape=(16, 1024, 1024), encode_repeats=3, store_repeats=3, seed=args.seed
+        blobs=60,
+        write_repeats=3,
+        volume_shape=(16, 1024, 1024),
+        encode_repeats=3,
+        store_repeats=3,
+        batch_rows=4000,
+        seed=args.seed,
     )
 
 
@@ -334,9 +347,51 @@ def bench_store(run: bench.Run[Config]) -> list[Row]:
     ]  # fmt: skip
 
 
+# -- workload 4: batches of small chunks -------------------------------------------------------
+
+
+BATCHES_KIB = (0, 64, 256, 1024)
+
+
+def bench_batch(run: bench.Run[Config]) -> list[Row]:
+    from ncore_like.nodes._encoding import encode_chunks
+
+    values = run.generator.standard_normal((run.config.batch_rows, 1024)).astype(np.float32)
+    values[:, ::2] = 0  # compressible, as bench_ops' rows
+    chunks = (1, 1024)
+    views = [values[index : index + 1] for index in range(len(values))]
+
+    def ours(batch_kib: int) -> Callable[[], object]:
+        # 0: one chunk per task (what the pool got before batching)
+        return lambda: bench.each(
+            lambda _: None, encode_chunks(values, chunks, 0.0, COMPRESSION, batch_bytes=batch_kib * KIB)
+        )
+
+    halves = (views[: len(views) // 2], views[len(views) // 2 :])
+
+    def encode_all(part: list[Volume]) -> None:
+        for view in part:
+            bench.blosc_limit(view, COMPRESSION)
+
+    with ThreadPoolExecutor(2) as pool:
+        limit = lambda: list(pool.map(encode_all, halves))  # noqa: E731
+        functions: dict[str, Callable[[], object]] = {f"batch_{kib}k": ours(kib) for kib in BATCHES_KIB}
+        functions["limit_2"] = limit
+        times = median_times(functions, run.config.encode_repeats)
+    rows = []
+    for kib in BATCHES_KIB:
+        name = f"batch_{kib}k"
+        what = "one chunk a task" if kib == 0 else f"batches of {kib} KiB"
+        rows.append(ratio_row("4 batch", f"encode {len(values)} chunks of 4 KiB (Blosc), {what}", times, name,
+                              "limit_2", f"throughput {name}/limit_2", None,
+                              f"{name} {_ms(times[name])}, limit_2 {_ms(times['limit_2'])}"))  # fmt: skip
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return bench.run_benchmark(
-        "bench_write", __doc__, {"blobs": bench_blobs, "encode": bench_encode, "store": bench_store}, configure,
+        "bench_write", __doc__,
+        {"blobs": bench_blobs, "encode": bench_encode, "store": bench_store, "batch": bench_batch}, configure,
         argv=argv, quick_help="small, fast run (smoke test, < 20 s)",
         seed_help="random seed (blob sizes and contents, volume noise)", only_note="; store encodes the volume once",
         other_versions={"numcodecs": numcodecs.__version__, "numpy": np.__version__},
