@@ -8,9 +8,14 @@ fsspec: a script that only reads records starts in a fraction of the time.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
+
+# The library's loggers ("ncore_like.archive.retry"...) are quiet until the application
+# configures logging: no handler of ours prints (not even Python's last resort).
+logging.getLogger("ncore_like").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exported)
     from ._concurrency import (
@@ -27,6 +32,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
         IndexTailRetention as IndexTailRetention,
         Record as Record,
         RecordCache as RecordCache,
+        RetryPolicy as RetryPolicy,
     )
     from .backend import (
         Backend as Backend,
@@ -69,7 +75,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["set_sync_timeout", "set_worker_threads", "sync_timeout", "worker_threads"], "._concurrency"),
     "clear_caches": "._lru",
-    **dict.fromkeys(["IndexedTarArchive", "IndexTailRetention", "Record", "RecordCache"], ".archive"),
+    **dict.fromkeys(["IndexedTarArchive", "IndexTailRetention", "Record", "RecordCache", "RetryPolicy"], ".archive"),
     "Backend": ".backend",
     **dict.fromkeys(
         [

@@ -383,10 +383,10 @@ async def test_read_async_and_open_async_local(tmp_path: Path) -> None:
     archive = await IndexedTarArchive.open_async(
         tmp_path / "a.itar", index_tail_read_size=None, prefetch_keys=("big", ".zmetadata.cbor.xz", "nope")
     )
-    assert set(archive._prefetched) == {"big", ".zmetadata.cbor.xz"}
+    assert set(archive._impl._prefetched) == {"big", ".zmetadata.cbor.xz"}
     values = await asyncio.gather(*(archive.read_async(key) for key in records))
     assert dict(zip(records, values, strict=True)) == records
-    assert "big" not in archive._prefetched  # held only until read once
+    assert "big" not in archive._impl._prefetched  # held only until read once
     with pytest.raises(KeyError):
         await archive.read_async("nope")
 
@@ -432,7 +432,7 @@ def test_pickled_reader_needs_no_io_and_reads(tmp_path: Path) -> None:
     write_archive(tmp_path / "a.itar", records)
     archive = IndexedTarArchive(tmp_path / "a.itar")
     clone = pickle.loads(pickle.dumps(archive))
-    assert clone._source is None  # opened lazily, on the first read that needs I/O
+    assert clone._impl._source is None  # opened lazily, on the first read that needs I/O
     assert clone.keys() == archive.keys() and clone["big"] == records["big"]
     with IndexedTarArchive(tmp_path / "w.itar", mode="w") as writer:
         with pytest.raises(TypeError, match="can't be pickled"):
@@ -499,23 +499,29 @@ def test_file_and_memory_urls(tmp_path: Path) -> None:
     assert fsspec.filesystem("memory").cat_file("/archives/u.itar") == (tmp_path / "u.itar").read_bytes()
     in_memory = IndexedTarArchive(memory, remote_range_reads=True)
     assert not in_memory.is_remote and {key: in_memory[key] for key in records} == records
+    # Records outside a small tail read come through the buffered file object (a memory
+    # file keeps no block cache) or as ranges, blocking or async.
+    for range_reads in (False, True):
+        small_tail = IndexedTarArchive(memory, index_tail_read_size=600, remote_range_reads=range_reads)
+        assert not small_tail.in_memory("a") and small_tail["a"] == records["a"]
+        assert asyncio.run(small_tail.read_async("a")) == records["a"]
 
 
 # -- the process-wide cache of decoded indices ---------------------------------------------
 
 
 def test_reopening_takes_the_decoded_index_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ncore_like.archive import _archive
+    from ncore_like.archive import _reading
 
     write_archive(tmp_path / "c.itar", sample_records())
     decoded: list[int] = []
-    original = _archive.decode_index
+    original = _reading.decode_index
 
     def counting(*args: object, **kwargs: object) -> object:
         decoded.append(1)
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_archive, "decode_index", counting)
+    monkeypatch.setattr(_reading, "decode_index", counting)
     first = IndexedTarArchive(tmp_path / "c.itar")
     second = IndexedTarArchive(tmp_path / "c.itar", index_tail_read_size=None)  # index read separately
     assert len(decoded) <= 1  # once at most (an earlier test may have opened the same bytes)
@@ -533,15 +539,16 @@ def test_a_rewritten_archive_never_finds_a_stale_index(tmp_path: Path) -> None:
 
 def test_index_cache_is_bounded_by_records() -> None:
     from ncore_like._lru import LRUCache
-    from ncore_like.archive import _archive
+    from ncore_like.archive import _reading
     from ncore_like.archive._format import Index
+    from ncore_like.archive._records import RecordTable
 
-    def entry(count: int) -> tuple[Index, dict[str, int]]:
+    def entry(count: int) -> RecordTable:
         keys = [f"k{i}" for i in range(count)]
-        return Index(keys, list(range(count)), [1] * count), {key: i for i, key in enumerate(keys)}
+        return RecordTable(Index(keys, list(range(count)), [1] * count))
 
     # The same cache type and weight as the archive's process-wide cache, with a small bound.
-    cache: LRUCache[tuple[int, bytes], _archive.DecodedIndex] = LRUCache(12, weight=lambda e: len(e[0].keys))
+    cache: LRUCache[tuple[int, bytes], RecordTable] = LRUCache(12, weight=lambda table: len(table.keys))
     cache.put((0, b"one"), entry(6))
     cache.put((0, b"two"), entry(4))
     assert cache.get((0, b"one")) is not None and cache.get((1, b"one")) is None  # the offset is part of the key
@@ -551,4 +558,4 @@ def test_index_cache_is_bounded_by_records() -> None:
     cache.put((0, b"huge"), entry(13))  # larger than the whole cache: not kept
     assert cache.get((0, b"huge")) is None
     # The archive's own cache weighs entries by their records.
-    assert _archive._decoded_indices.max_weight == _archive.DECODED_INDEX_RECORDS
+    assert _reading._decoded_indices.max_weight == _reading.DECODED_INDEX_RECORDS

@@ -238,7 +238,7 @@ def test_http_server_ignoring_range_is_an_error_not_wrong_bytes(tmp_path: Path) 
         # A range request answered with the whole file is refused, never returned as the record.
         record = archive.records["frames/004"]
         with pytest.raises(ArchiveFormatError, match="does the server honour Range requests"):
-            archive._live_source().read(record.offset, record.size)
+            archive._impl._live_source().read(record.offset, record.size)
     finally:
         server.shutdown()
         server.server_close()

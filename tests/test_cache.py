@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import multiprocessing
 import os
 import pickle
@@ -257,6 +258,30 @@ def test_a_damaged_cache_file_is_read_again_not_served(
     s3_proxy.clear_requests()
     assert [again[key] for key in keys] == [records[key] for key in keys]  # and cached again
     assert settle(s3_proxy) == []
+
+
+def test_dropped_entries_are_logged(
+    s3_seq: tuple[UPath, dict[str, bytes]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    location, records = s3_seq
+    cache = RecordCache(tmp_path / "cache")
+    archive = IndexedTarArchive(location, cache=cache)
+    keys = outside_tail(archive)
+    assert [archive[key] for key in keys] == [records[key] for key in keys]
+    damage(cache, "truncate")
+    caplog.set_level(logging.INFO, logger="ncore_like.archive.cache")
+    again = IndexedTarArchive(location, cache=cache)
+    assert [again[key] for key in keys] == [records[key] for key in keys]
+    dropped = [record for record in caplog.records if "damaged entry" in record.getMessage()]
+    # The object's version (so its tail is read again, not looked up) and every record read.
+    assert len(dropped) == len(keys) + 1, [record.getMessage() for record in caplog.records]
+    assert all(record.levelno == logging.WARNING and cache.path in record.getMessage() for record in dropped)
+    caplog.clear()
+    small = RecordCache(tmp_path / "small", max_bytes=600_000)
+    reader = IndexedTarArchive(location, cache=small)
+    assert [reader[key] for key in keys] == [records[key] for key in keys]
+    evictions = [record.getMessage() for record in caplog.records if "evicted" in record.getMessage()]
+    assert evictions and all(small.path in message for message in evictions)
 
 
 # -- the size bound ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from upath import UPath
 
-from ncore_like import IndexedTarArchive
+from ncore_like import IndexedTarArchive, RetryPolicy
 from ncore_like.archive import read_records, scan_records
 from ncore_like.errors import RemoteStorageError
 from tests.support import servers
@@ -89,6 +89,28 @@ def test_bulk_reads_through_faults_return_every_record_exactly(archive_url: str,
     assert {"503", "cut", "reset"} <= {str(record["status"]) for record in gets(faulty)}
 
 
+@pytest.mark.parametrize("faulty", [{3: "short", 5: "short"}], indirect=True)
+@pytest.mark.parametrize("range_reads", [True, False])
+def test_a_body_that_ends_cleanly_but_short_is_retried(
+    archive_url: str, faulty: ServerProcess, range_reads: bool
+) -> None:
+    # A complete response (its Content-Length says so) of half the bytes asked for. (The
+    # buffered path reads ahead: a small block, so that half a request misses record bytes.)
+    buffered = {} if range_reads else {"default_block_size": 4096, "default_cache_type": "bytes"}
+    archive = IndexedTarArchive(
+        archive_url,
+        index_tail_read_size=600,
+        remote_range_reads=range_reads,
+        storage_options={**options(faulty), **buffered},
+    )
+    expected = payloads()
+    assert archive["frames/004"] == expected["frames/004"]
+    assert dict(scan_records(archive, ["frames/005"])) == {"frames/005": expected["frames/005"]}
+    requests = [(str(record["status"]), record["range"]) for record in gets(faulty)]
+    # Each short answer is followed by a request for the bytes it lacked.
+    assert [status for status, _ in requests[2:6]] == ["short", "206", "short", "206"], requests
+
+
 @pytest.mark.parametrize("faulty", [{number: "503" for number in range(3, 60)}], indirect=True)
 def test_a_failure_that_persists_ends_in_a_clear_error_in_bounded_time(
     archive_url: str, faulty: ServerProcess, monkeypatch: pytest.MonkeyPatch
@@ -105,6 +127,22 @@ def test_a_failure_that_persists_ends_in_a_clear_error_in_bounded_time(
     assert time.monotonic() - started < 10
     assert raised.value.archive == archive_url and raised.value.key == "frames/003"
     assert len(gets(faulty)) == 2 + 5  # the tail and the index, then five attempts
+
+
+@pytest.mark.parametrize("faulty", [{number: "503" for number in range(3, 60)}], indirect=True)
+@pytest.mark.parametrize("attempts", [5, 2])
+def test_the_retry_policy_replaces_the_filesystems_own_retries(
+    archive_url: str, faulty: ServerProcess, attempts: int
+) -> None:
+    # No setting of s3fs's or botocore's retries here: the policy sets them to one attempt,
+    # so that a failure that persists costs its attempts, not five times five times them.
+    policy = RetryPolicy(attempts=attempts)
+    archive = IndexedTarArchive(archive_url, index_tail_read_size=600, storage_options=options(faulty), retry=policy)
+    started = time.monotonic()
+    with pytest.raises(RemoteStorageError, match=rf"record 'frames/003'.*failed {attempts} times"):
+        archive["frames/003"]
+    assert time.monotonic() - started <= policy.worst_case_seconds(1.0)  # 503s answer at once
+    assert len(gets(faulty)) == 2 + attempts  # the tail and the index, then the attempts
 
 
 @pytest.mark.parametrize("faulty", [{}], indirect=True)

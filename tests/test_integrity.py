@@ -151,6 +151,8 @@ def test_verified_reads_never_hand_out_damaged_bytes(damaged: tuple[Path, dict[s
             asyncio.run(archive.read_async(key))
         with pytest.raises(ChecksumError):
             archive.read_range(key, 0, 10)
+        with pytest.raises(ChecksumError):
+            asyncio.run(archive.read_range_async(key, 0, 10))
         buffer = bytearray(b"\xff" * archive.records[key].size)
         with pytest.raises(ChecksumError):
             archive.read_into(key, memoryview(buffer))
@@ -233,6 +235,22 @@ def test_index_entries_outside_the_tar_data_are_refused_at_open(tmp_path: Path, 
     assert raised.value.key in keys
 
 
+def test_an_entry_running_into_the_index_is_refused_at_open(tmp_path: Path) -> None:
+    # Its offset and size are each below the index offset; only their sum runs into it.
+    write(tmp_path / "i.itar", {"a": b"x" * 100, "b": b"y" * 700, "c": b"z"})
+    index = IndexedTarArchive(tmp_path / "i.itar").index_record
+    assert index is not None
+
+    def grow_c(keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+        sizes[2] = index.offset - offsets[2] + 1
+        assert offsets[2] < index.offset and sizes[2] < index.offset
+
+    rewrite_index(tmp_path / "i.itar", grow_c)
+    with pytest.raises(ArchiveFormatError, match=rf"entry 'c' .* past the index at offset {index.offset}") as raised:
+        IndexedTarArchive(tmp_path / "i.itar")
+    assert raised.value.key == "c"
+
+
 def test_a_file_truncated_after_opening_makes_read_into_raise(tmp_path: Path) -> None:
     data = {"a": b"a" * 2000, "big": os.urandom(2_000_000), "z": b"z"}
     write(tmp_path / "t.itar", data)
@@ -302,6 +320,31 @@ def test_a_failed_with_block_publishes_nothing_and_keeps_the_old_archive(tmp_pat
     assert path.read_bytes() == before
     assert IndexedTarArchive(tmp_path / "p.recovered.itar")["new"] == b"new"
     assert not (tmp_path / "p.itar.partial").exists()
+
+
+def test_publishing_syncs_the_file_before_the_rename_and_the_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rename that reaches the disk before the file's bytes would publish an archive whose
+    # records may be zeros after a power cut.
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(source: str, target: str) -> None:
+        calls.append(("replace", os.fspath(source)))
+        real_replace(source, target)
+
+    archive = IndexedTarArchive(tmp_path / "p.itar", mode="w")
+    archive["a"] = b"1"
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    archive.close()
+    partial = str(tmp_path / "p.itar.partial")
+    assert calls == [("fsync", partial), ("replace", partial), ("fsync", str(tmp_path))], calls
 
 
 def test_abort_discards_the_partial_file(tmp_path: Path) -> None:
@@ -384,6 +427,66 @@ def test_recover_drops_damaged_records_and_keeps_the_source(tmp_path: Path, else
     # The file with the damaged record is never deleted by recovery.
     source = tmp_path / ("r.itar.partial" if elsewhere else "r.itar.partial.damaged")
     assert source.exists() and report.source == str(source)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_recover_writes_no_consolidated_metadata_for_a_hierarchy_missing_a_parent_group(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    from ncore_like.store import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3
+
+    complete = tmp_path / "complete.itar"
+    with IndexedTarZarrStore(complete, mode="w") as store:
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        root.create_group("a").create_array("b", np.arange(10), chunks=(5,))
+    group_records = {"a/.zgroup", "a/.zattrs"} if zarr_format == 2 else {"a/zarr.json"}
+    source = IndexedTarArchive(complete)
+    assert group_records <= set(source.keys())
+    # The writer died with every record of the hierarchy flushed but the metadata of group "a".
+    path = tmp_path / "r.itar"
+    unfinished(path, {key: source[key] for key in source.keys() if key not in group_records})
+    report = recover(path)
+    assert any("no group metadata for 'a', parent of 'a/b'" in note for note in report.notes), report.notes
+    recovered = IndexedTarArchive(path)
+    assert CONSOLIDATED_KEY_V2 not in recovered and CONSOLIDATED_KEY_V3 not in recovered
+    assert set(recovered.keys()) == set(source.keys()) - group_records  # every record kept
+
+
+def test_recover_keeps_a_last_record_that_ends_exactly_at_the_end_of_the_file(tmp_path: Path) -> None:
+    # A payload of a multiple of 512 bytes has no padding: the flushed file ends at its last byte.
+    path, data = tmp_path / "r.itar", {"a": b"a" * 100, "last": os.urandom(4 * BLOCK_SIZE)}
+    archive = unfinished(path, data)
+    assert (tmp_path / "r.itar.partial").stat().st_size == archive.records["last"].offset + 4 * BLOCK_SIZE
+    report = recover(path)
+    assert report.records == 2 and report.dropped_bytes == 0
+    recovered = IndexedTarArchive(path, verify_checksums=True)
+    assert {key: recovered[key] for key in recovered.keys()} == data
+
+
+def test_recovery_decisions_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from ncore_like.archive._format import member_header
+
+    path, data = tmp_path / "r.itar", records()
+    archive = unfinished(path, data)
+    flip(tmp_path / "r.itar.partial", archive.records["frames/004"].offset + 1)
+    with open(tmp_path / "r.itar.partial", "ab") as file:  # a torn record
+        file.write(member_header("torn", 5000, 0) + b"t" * 1000)
+    caplog.set_level(logging.INFO, logger="ncore_like")
+    recover(path)
+    logged = [(record.name, record.levelno, record.getMessage()) for record in caplog.records]
+    archive_layer = [entry for entry in logged if entry[0] == "ncore_like.archive.recover"]
+    assert any(
+        level == logging.WARNING and "'frames/004'" in message and "dropped" in message
+        for _, level, message in archive_layer
+    ), logged
+    kept = f"{len(data) - 1} records kept"
+    assert any(kept in message and "1 damaged" in message and "torn" in message for _, _, message in archive_layer)
+    assert any("copied to" in message for _, _, message in archive_layer)
+    assert any(name == "ncore_like.store.recover" and "no zarr root group" in message for name, _, message in logged), (
+        logged
+    )
 
 
 def test_recover_errors(tmp_path: Path) -> None:

@@ -673,5 +673,5 @@ async def test_open_async_keeps_no_second_copy_of_records_in_the_tail(tmp_path: 
         store.create_root_group({}).create_array("a", np.zeros(4))
         store.consolidate()
     opened = await IndexedTarZarrStore.open_async(tmp_path / "a.itar")
-    assert opened.archive._prefetched == {}  # the consolidated record lies in the tail read
+    assert opened.archive._impl._prefetched == {}  # the consolidated record lies in the tail read
     assert opened.open_root_group().array("a").shape == (4,)

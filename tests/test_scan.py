@@ -65,6 +65,60 @@ def test_a_damaged_record_in_a_span_is_a_checksum_error(tmp_path: Path) -> None:
         next(scan)
 
 
+def flip(path: Path, offset: int) -> None:
+    with path.open("r+b") as file:
+        file.seek(offset)
+        byte = file.read(1)
+        file.seek(offset)
+        file.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_damaged_record_outside_the_tail_read_is_a_checksum_error(
+    tmp_path: Path, http_root: HttpRoot, where: str
+) -> None:
+    # Records of 200-300 KB behind a tail read of 600 bytes: the scan reads every one from
+    # the file (as spans), none from memory.
+    path = http_root.directory / "a.itar"
+    rng = random.Random(3)
+    payloads = {f"frames/{index:05d}": rng.randbytes(200_000 + index) for index in range(8)}
+    with IndexedTarArchive(path, "w") as writer:
+        for key, payload in payloads.items():
+            writer[key] = payload
+    record = IndexedTarArchive(path).records["frames/00005"]
+    flip(path, record.offset + record.size // 2)
+    if where == "local":
+        archive = IndexedTarArchive(path, index_tail_read_size=600, verify_checksums=True)
+    else:  # remote archives verify by default
+        archive = IndexedTarArchive(f"{http_root.base_url}/a.itar", index_tail_read_size=600)
+    assert archive.verify_checksums and not archive.in_memory("frames/00005")
+    scan = scan_records(archive, span_bytes=1 << 20)
+    assert [next(scan) for _ in range(5)] == list(payloads.items())[:5]
+    with pytest.raises(ChecksumError, match="frames/00005"):
+        next(scan)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_damaged_blob_outside_the_tail_read_is_a_checksum_error(tmp_path: Path, zarr_format: int) -> None:
+    rng = random.Random(5)
+    frames = {f"{index:04d}": rng.randbytes(300_000) for index in range(8)}
+    path = tmp_path / "seq.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        front = store.create_root_group({}, zarr_format=zarr_format).create_group("front")  # type: ignore[arg-type]
+        for name, blob in frames.items():
+            front.create_bytes_array(name, blob)
+        store.consolidate()
+    archive = IndexedTarArchive(path)
+    damaged = next(key for key in archive.keys() if key.startswith("front/0002/"))
+    flip(path, archive.records[damaged].offset + 1000)
+    store = IndexedTarZarrStore(path, verify_checksums=True)
+    assert not store.archive.in_memory(damaged)  # 2.4 MB of frames: this one lies before the tail read
+    blobs = store.open_root_group().group("front").blobs()
+    assert [next(blobs) for _ in range(2)] == list(frames.items())[:2]
+    with pytest.raises(ChecksumError, match=damaged):
+        next(blobs)
+
+
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_a_groups_blobs_come_as_a_scan(tmp_path: Path, zarr_format: int, monkeypatch: pytest.MonkeyPatch) -> None:
     frames = {f"{index:04d}": bytes([index]) * index + b"\\x00" for index in range(30)}

@@ -172,9 +172,9 @@ async def test_open_async_prefetches_the_consolidated_record(tmp_path: Path) -> 
     with IndexedTarZarrStore(path, mode="w") as store:
         write_hierarchy(store, 2, compressed=True, consolidate=True)
     store = await IndexedTarZarrStore.open_async(path, index_tail_read_size=None)
-    assert set(store.archive._prefetched) == {CONSOLIDATED_KEY_V2}
+    assert set(store.archive._impl._prefetched) == {CONSOLIDATED_KEY_V2}
     check_hierarchy(store.open_root_group().zarr, 2)
-    assert store.archive._prefetched == {}  # released once read
+    assert store.archive._impl._prefetched == {}  # released once read
 
 
 # -- write-once semantics through zarr-python ---------------------------------------------

@@ -1,6 +1,10 @@
 """Layer 1: the ``.itar`` format and ``IndexedTarArchive`` (knows nothing about zarr beyond
 which keys are node metadata).
 
+``IndexedTarArchive`` is a face over two implementations, ``_reading`` and ``_writing``;
+record sources (``_sources``, ``_remote`` for fsspec URLs, ``_cache``) fetch the bytes,
+remote ones through one retried read path (``_retry``).
+
 Bulk reads and verification of whole archives are imported on first use (see
 :mod:`ncore_like._lazy`): reading records needs neither.
 """
@@ -10,7 +14,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 from ._archive import IndexedTarArchive, IndexTailRetention, OpenMode, Record
 from ._format import is_node_metadata_key
-from ._location import Location
+from ._location import Location, is_url
+from ._retry import RetryPolicy, is_transient
 
 if TYPE_CHECKING:
     from ._bulk import map_records as map_records, read_records as read_records, scan_records as scan_records
@@ -53,11 +58,14 @@ __all__ = [
     "Problem",
     "Record",
     "RecordCache",
+    "RetryPolicy",
     "TarMember",
     "TarStop",
     "VerifyProgress",
     "error_detail",
     "is_node_metadata_key",
+    "is_transient",
+    "is_url",
     "map_records",
     "read_records",
     "scan_records",

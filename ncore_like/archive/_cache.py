@@ -27,17 +27,23 @@ import contextlib
 import errno
 import functools
 import hashlib
+import logging
 import os
 import struct
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._concurrency import io_loop, run_in_worker, sync
+from .._concurrency import run_in_worker
 from .._defaults import CACHE_MAX_BYTES, CACHE_TTL
 from ._checksum import checksum
-from ._sources import INLINE_READ_BYTES, FsspecSource
+from ._sources import INLINE_READ_BYTES
+
+if TYPE_CHECKING:
+    from ._remote import FsspecSource
+
+logger = logging.getLogger("ncore_like.archive.cache")
 
 __all__ = ["CacheOption", "CachedSource", "RecordCache", "as_cache", "cached_source", "object_version"]
 
@@ -157,7 +163,7 @@ class RecordCache:
         finally:
             os.close(fd)
         if header is None or data is None or len(data) != header[0] or (verify and checksum(data) != header[1]):
-            self._drop(path)
+            self._drop_damaged(path)
             return None
         return data
 
@@ -181,7 +187,7 @@ class RecordCache:
         finally:
             os.close(fd)
         if header is None or not good or (verify and checksum(buffer) != header[1]):
-            self._drop(path)
+            self._drop_damaged(path)
             return False
         return True
 
@@ -217,6 +223,11 @@ class RecordCache:
     def discard(self, key: str) -> bool:
         """Removes the entry of ``key``; True if there was one."""
         return self._drop(self._entry(key))
+
+    def _drop_damaged(self, path: str) -> None:
+        if self._drop(path):
+            logger.warning("record cache %s: damaged entry %s dropped (cut short or failing its checksum)",
+                           self._path, os.path.relpath(path, self._path))  # fmt: skip
 
     @staticmethod
     def _drop(path: str) -> bool:
@@ -272,8 +283,9 @@ class RecordCache:
                             except OSError:  # evicted by another process meanwhile
                                 continue
                             if file.name.startswith("."):
-                                if now - stat.st_mtime > _STALE_TEMPORARY:
-                                    self._drop(file.path)
+                                if now - stat.st_mtime > _STALE_TEMPORARY and self._drop(file.path):
+                                    logger.info("record cache %s: temporary file %s of a dead writer removed",
+                                                self._path, file.path)  # fmt: skip
                                 continue
                             entries.append((stat.st_mtime, stat.st_size, file.path))
                             total += stat.st_size
@@ -290,12 +302,15 @@ class RecordCache:
             total, entries = self._scan()
             if total > self._max_bytes:
                 entries.sort()
-                goal = int(self._max_bytes * _LOW_WATER)
+                goal, before, dropped = int(self._max_bytes * _LOW_WATER), total, 0
                 for _, size, path in entries:
                     if total <= goal:
                         break
                     self._drop(path)  # gone already if another process evicted it first
                     total -= size
+                    dropped += 1
+                logger.info("record cache %s: %d least recently used entries evicted (%d of %d bytes)",
+                            self._path, dropped, before - total, before)  # fmt: skip
             with self._lock:
                 self._known_total = total
                 self._written -= written_before
@@ -389,8 +404,17 @@ def cache_identity(source: FsspecSource) -> str:
     return f"{source.name} {endpoint}".rstrip()
 
 
+class _Tail(NamedTuple):
+    """The tail cached for an object, and its version as last checked."""
+
+    version: str
+    fresh: bool
+    """True if that check is within the time-to-live."""
+    data: bytes
+
+
 class CachedSource:
-    """A remote archive's :class:`~ncore_like.archive._sources.FsspecSource` read through a
+    """A remote archive's :class:`~ncore_like.archive._remote.FsspecSource` read through a
     :class:`RecordCache`.
 
     Ranges are cached under the object version that the index of the archive belongs to
@@ -399,6 +423,10 @@ class CachedSource:
     own CRC32C of a hit only if :attr:`verify_hits` (set by the archive: where it verifies
     records against its checksums, it checks them, one checksum per read rather than two,
     and on a mismatch :meth:`discard` s the copy and reads the record again).
+
+    Hits are local file reads, made directly (blocking reads) or on the loop's thread for
+    small ones (async reads); what misses is read by the inner source, whose remote reads
+    exist once (see :mod:`._remote`).
     """
 
     def __init__(self, inner: FsspecSource, cache: RecordCache, identity: str, version: str | None) -> None:
@@ -420,9 +448,8 @@ class CachedSource:
 
     # -- the tail --------------------------------------------------------------------------
 
-    def _cached_tail(self, size: int) -> tuple[str, bool, bytes] | None:
-        """The version last checked, whether that check is within the time-to-live, and the
-        tail cached for it (None if either is missing)."""
+    def _cached_tail(self, size: int) -> _Tail | None:
+        """The tail cached for the version last checked (None if either is missing)."""
         state = self.cache.checked_version(self._identity)
         if state is None:
             return None
@@ -430,61 +457,57 @@ class CachedSource:
         data = self.cache.get(self._key(version, -size, size))  # the whole file if it is smaller
         if data is None:
             return None
-        return version, 0 <= time.time() - checked < self.cache.ttl, data
+        return _Tail(version, 0 <= time.time() - checked < self.cache.ttl, data)
 
-    def _use_tail(self, version: str, data: bytes, size: int, fresh: bool) -> tuple[bytes, int | None]:
-        if not fresh:
-            self.cache.set_checked_version(self._identity, version)
-        self.version = version
-        return data, (len(data) if len(data) < size else None)
+    async def _fetch_tail(
+        self, size: int, cached: _Tail | None
+    ) -> tuple[dict[str, Any] | None, tuple[bytes, int | None] | None]:
+        """The remote part of reading the tail: the object's details, and its tail unless the
+        cached one is still of its version (then None)."""
+        import asyncio
 
-    def _expect(self, data: bytes, size: int, info: Mapping[str, Any] | None) -> None:
+        if cached is None:  # the version and the tail in one round trip
+            info, tail = await asyncio.gather(self.inner.info_async(), self.inner.read_tail_async(size))
+            return info, tail
+        info = await self.inner.info_async()  # the one small request of a reopening after the time-to-live
+        if _version(info) == cached.version:
+            return info, None
+        return info, await self.inner.read_tail_async(size)
+
+    def _settle_tail(
+        self,
+        size: int,
+        cached: _Tail | None,
+        info: dict[str, Any] | None,
+        fetched: tuple[bytes, int | None] | None,
+    ) -> tuple[bytes, int | None]:
+        """The tail to use after :meth:`_fetch_tail` (or ``cached``, still fresh); notes the
+        check, or holds a new tail until :meth:`set_file_size` confirms it."""
+        if fetched is None:
+            assert cached is not None
+            if not cached.fresh:
+                self.cache.set_checked_version(self._identity, cached.version)
+            self.version = cached.version
+            return cached.data, (len(cached.data) if len(cached.data) < size else None)
+        data, file_size = fetched
         found = None if info is None else object_version(info)
         self.version = None  # until set_file_size confirms the tail's version
         self._pending = None if found is None else (data, found[0], found[1], size)
+        return data, file_size
 
     def read_tail(self, size: int) -> tuple[bytes, int | None]:
-        info = None
         cached = self._cached_tail(size)
-        if cached is not None:
-            version, fresh, data = cached
-            if fresh:
-                return self._use_tail(version, data, size, fresh)
-            info = self.inner.info()  # the one small request of a reopening after the time-to-live
-            if _version(info) == version:
-                return self._use_tail(version, data, size, fresh)
-        if info is not None:  # the object changed: its new details are at hand
-            data, file_size = self.inner.read_tail(size)
-        elif self.inner.is_remote:  # the version and the tail in one round trip
-            info, (data, file_size) = sync(self._info_and_tail(size), io_loop())
-        else:
-            info = self.inner.info()
-            data, file_size = self.inner.read_tail(size)
-        self._expect(data, size, info)
-        return data, file_size
+        if cached is not None and cached.fresh:
+            return self._settle_tail(size, cached, None, None)
+        info, fetched = self.inner._blocking(self._fetch_tail(size, cached))
+        return self._settle_tail(size, cached, info, fetched)
 
     async def read_tail_async(self, size: int) -> tuple[bytes, int | None]:
-        info = None
         cached = await run_in_worker(self._cached_tail, size)
-        if cached is not None:
-            version, fresh, data = cached
-            if fresh:
-                return self._use_tail(version, data, size, fresh)
-            info = await self.inner.info_async()
-            if _version(info) == version:
-                return await run_in_worker(self._use_tail, version, data, size, fresh)
-        if info is not None:
-            data, file_size = await self.inner.read_tail_async(size)
-        else:
-            info, (data, file_size) = await self._info_and_tail(size)
-        self._expect(data, size, info)
-        return data, file_size
-
-    async def _info_and_tail(self, size: int) -> tuple[dict[str, Any] | None, tuple[bytes, int | None]]:
-        import asyncio
-
-        info, tail = await asyncio.gather(self.inner.info_async(), self.inner.read_tail_async(size))
-        return info, tail
+        if cached is not None and cached.fresh:
+            return self._settle_tail(size, cached, None, None)
+        info, fetched = await self._fetch_tail(size, cached)
+        return await run_in_worker(self._settle_tail, size, cached, info, fetched)
 
     def set_file_size(self, size: int) -> None:
         self.inner.set_file_size(size)
@@ -537,10 +560,18 @@ class CachedSource:
             buffer[:] = data
             self.cache.put(key, data)
 
+    def read_span(self, offset: int, size: int) -> bytes:
+        # Scans stream past the cache: a pass over whole sequences would evict what random
+        # access reads again.
+        return self.inner.read_span(offset, size)
+
     def discard(self, offset: int, size: int) -> bool:
-        """Removes the cached copy of a range (that failed its checksum); True if there was one."""
         version = self.version
-        return version is not None and self.cache.discard(self._key(version, offset, size))
+        if version is None or not self.cache.discard(self._key(version, offset, size)):
+            return False
+        logger.warning("%s: the cached copy of bytes [%d, %d) failed its checksum: dropped, read again",
+                       self.inner.name, offset, offset + size)  # fmt: skip
+        return True
 
     def reopen(self) -> None:
         self.inner.reopen()

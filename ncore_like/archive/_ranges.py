@@ -16,7 +16,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._concurrency import io_loop, sync
 from ..errors import ArchiveFormatError
@@ -24,7 +24,11 @@ from ._archive import IndexedTarArchive
 from ._cache import CachedSource, RecordCache, cached_source
 from ._checksum import checksum
 from ._location import Location
-from ._sources import FsspecSource
+from ._reading import DEFAULT_RETRY
+from ._retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from ._remote import FsspecSource
 
 __all__ = ["ArchiveRanges", "KnownArchive", "checksum", "describe", "record_checksums"]
 
@@ -52,10 +56,11 @@ def describe(archive: IndexedTarArchive) -> KnownArchive:
 def record_checksums(archive: IndexedTarArchive, keys: Sequence[str]) -> list[int] | None:
     """The stored CRC32C of each record (``KeyError`` for keys that are none), None if the
     archive has no checksums."""
-    crcs = archive._crcs
+    table = archive._impl.table  # the record table of the archive's implementation
+    crcs = table.crcs
     if crcs is None:
         return None
-    positions = archive._positions
+    positions = table.positions
     return [crcs[positions[key]] for key in keys]
 
 
@@ -124,6 +129,8 @@ class ArchiveRanges:
         storage_options: Options of the remote archives' filesystem (as fsspec takes them).
         cache: A :class:`~ncore_like.RecordCache` the remote ranges are read through (each
             range under the archive's object version; none for archives without one).
+        retry: The :class:`~ncore_like.RetryPolicy` of the remote reads (default: the
+            archives' default).
 
     Pickles as its arguments: a process opens what it reads, when it reads it (after a
     fork, remote filesystem objects are made anew, local descriptors reopened).
@@ -136,11 +143,13 @@ class ArchiveRanges:
         storage_options: Mapping[str, Any] | None = None,
         cache: RecordCache | None = None,
         verify_cache_hits: bool = True,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._archives = list(archives)
         self._options = dict(storage_options or {})
         self._cache = cache
         self._verify_hits = verify_cache_hits
+        self._retry = retry or DEFAULT_RETRY
         self._init_sources()
 
     def _init_sources(self) -> None:
@@ -156,11 +165,13 @@ class ArchiveRanges:
             "options": self._options,
             "cache": self._cache,
             "verify_hits": self._verify_hits,
+            "retry": self._retry,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._archives, self._options = state["archives"], state["options"]
         self._cache, self._verify_hits = state["cache"], state["verify_hits"]
+        self._retry = state.get("retry", DEFAULT_RETRY)
         self._init_sources()
 
     def __len__(self) -> int:
@@ -196,7 +207,10 @@ class ArchiveRanges:
         with self._lock:
             source = self._sources.get(number)
             if source is None:
-                inner = FsspecSource(Location(known.location, self._options or None), range_reads=True)
+                from ._remote import FsspecSource  # fsspec and asyncio come with the first URL
+
+                location = Location(known.location, self._options or None)
+                inner = FsspecSource(location, range_reads=True, retry=self._retry)
                 inner.set_file_size(known.file_size)
                 if self._cache is not None and known.version is not None:
                     cached = cached_source(inner, self._cache, known.version)

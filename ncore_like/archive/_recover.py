@@ -19,12 +19,16 @@ member.
 
 Node metadata records rewritten after a :meth:`~IndexedTarArchive.flush` occur more than
 once in the file; the last complete one counts.
+
+Each decision is logged on the ``ncore_like.archive.recover`` logger: what was kept and
+dropped at INFO, damaged records at WARNING.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +47,8 @@ if TYPE_CHECKING:
     from upath import UPath
 
 __all__ = ["RecoveryReport", "find_partial", "recover_records", "remove_copied_source"]
+
+logger = logging.getLogger("ncore_like.archive.recover")
 
 #: Payload bytes read at once while checking a record (bounds memory for huge records).
 _READ_PIECE = 16 << 20
@@ -139,6 +145,10 @@ def _scan(file: IO[bytes], report: RecoveryReport) -> Iterator[_Kept]:
             report.unverified.append(member.name)
         elif stored != actual:
             report.damaged.append(member.name)
+            logger.warning(
+                "%s: record %r at offset %d doesn't match the CRC32C of its tar header: dropped",
+                report.source, member.name, member.offset_data,
+            )  # fmt: skip
             continue
         report.end = member.end
         yield _Kept(member.name, member.offset_data, member.size, actual)
@@ -200,8 +210,10 @@ def recover_records(
         [kept.size for kept in records],
         [kept.crc for kept in records],
     )
+    _log_scan(report)
     in_place = os.path.realpath(target) == os.path.realpath(final)
     if in_place and not report.damaged:
+        logger.info("%s: finished in place (the records are not copied), published as %s", partial, final)
         return IndexedTarArchive._resume(final, report.end, index), report
     source = partial
     if in_place:
@@ -210,7 +222,19 @@ def recover_records(
         source = _move_aside(partial)
         report.source = source
         report.notes.append(f"the unfinished file with damaged records was kept as {source}")
+    logger.info("%s: the records kept are copied to %s", source, target)
     return _copy(source, target, records), report
+
+
+def _log_scan(report: RecoveryReport) -> None:
+    logger.info(
+        "%s: %d records kept (%d bytes), %d damaged, %d superseded versions of node metadata; "
+        "%d bytes after offset %d dropped%s",
+        report.source, report.records, report.record_bytes, len(report.damaged), report.superseded,
+        report.dropped_bytes, report.end, f" ({report.stop})" if report.stop else "",
+    )  # fmt: skip
+    if report.unverified:
+        logger.info("%s: %d records kept without a checksum to check", report.source, len(report.unverified))
 
 
 def _move_aside(partial: str) -> str:
@@ -236,6 +260,7 @@ def remove_copied_source(report: RecoveryReport) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(report.source)
         report.notes.append(f"removed {report.source}: its records are all in {report.archive}")
+        logger.info("%s removed: its records are all in %s", report.source, report.archive)
 
 
 def _copy(partial: str, target: str, records: list[_Kept]) -> IndexedTarArchive:

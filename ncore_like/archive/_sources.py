@@ -3,10 +3,11 @@
 One small protocol, :class:`RecordSource`, with two implementations:
 
 * :class:`LocalSource` reads local files with ``os.pread``: no lock and no shared file
-  position, so reads of many threads run in parallel.
-* :class:`FsspecSource` reads any fsspec filesystem: through a buffered file object (one
-  request at a time, for nearby records), or through exact byte-range requests (many at a
-  time from many threads, and always for ``read_async``).
+  position, so reads of many threads run in parallel. Blocking and async reads are both
+  direct (a hand-off to an event loop would cost more than a read of the page cache).
+* :class:`~ncore_like.archive._remote.FsspecSource` (imported with the first URL) reads any
+  fsspec filesystem: each remote read exists once, as a coroutine retried by the archive's
+  :class:`~ncore_like.archive.RetryPolicy`, and blocking reads run that coroutine.
 
 Both fetch the tail of the file with one request, which holds the index header and usually
 the whole index.
@@ -17,39 +18,30 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import random
 import stat
-import threading
-import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .._concurrency import await_on_loop, fsspec_loop, run_in_worker, sync
-from .._defaults import RETRY_ATTEMPTS, RETRY_BASE_DELAY, RETRY_DEADLINE, RETRY_MAX_DELAY
+from .._concurrency import run_in_worker
 from ..errors import ArchiveFormatError, MissingDependencyError, NcoreLikeError, RemoteStorageError
 from ._location import Location
 
+if TYPE_CHECKING:
+    from ._retry import RetryPolicy
+
 __all__ = [
-    "BUFFERED_BLOCK_SIZE",
-    "FsspecSource",
+    "INLINE_READ_BYTES",
     "LocalSource",
     "RecordSource",
-    "is_transient",
+    "open_source",
     "remote_errors",
     "remote_failure",
+    "truncated",
 ]
 
-T = TypeVar("T")
-
-#: Block size of the buffered file object of remote archives, unless the storage options
-#: choose one: a random 1 MB record then moves ~1.1 MB in one request, while nearby small
-#: records share requests. (s3fs's default read-ahead of 5 MiB blocks moves ~47x the bytes
-#: of a random 800 KB read.)
-BUFFERED_BLOCK_SIZE = 128 * 1024
 #: Local reads up to this size run on the event loop's thread in ``read_async``: a
 #: positional read of a few pages takes microseconds, a hand-off to a worker much longer.
 INLINE_READ_BYTES = 64 * 1024
-_USER_BUFFER_OPTIONS = ("default_block_size", "default_cache_type", "block_size", "cache_type")
 
 
 class RecordSource(Protocol):
@@ -84,6 +76,16 @@ class RecordSource(Protocol):
         """Fills ``buffer`` (writable, of bytes) with the bytes at ``offset``."""
         ...
 
+    def read_span(self, offset: int, size: int) -> bytes:
+        """:meth:`read` as one exact range (a remote one's buffered path and its cache are
+        bypassed): for scans of many records."""
+        ...
+
+    def discard(self, offset: int, size: int) -> bool:
+        """Drops a copy of the range kept by the source (that failed its checksum), so that
+        the next read fetches it; True if there was one."""
+        ...
+
     def reopen(self) -> None:
         """Re-opens the file resources (e.g. in a forked child)."""
         ...
@@ -93,24 +95,28 @@ class RecordSource(Protocol):
         ...
 
 
-def _truncated(name: str, offset: int, size: int, got: int) -> ArchiveFormatError:
+def open_source(
+    location: Location, *, range_reads: bool, retry: RetryPolicy, cache: Any = None, version: str | None = None
+) -> RecordSource:
+    """The source of an archive opened for reading at ``location``: a local file, or an
+    fsspec filesystem (read through ``cache``, a :class:`~ncore_like.RecordCache`, if
+    given; ``version``: the object version its index is of, if known)."""
+    if location.local is not None:
+        return LocalSource(location.local)  # a local read is one pread already: no cache
+    from ._remote import FsspecSource  # fsspec and asyncio come with the first URL
+
+    source = FsspecSource(location, range_reads=range_reads, retry=retry)
+    if cache is None:
+        return source
+    from ._cache import cached_source
+
+    return cached_source(source, cache, version)
+
+
+def truncated(name: str, offset: int, size: int, got: int) -> ArchiveFormatError:
     return ArchiveFormatError(
         f"truncated archive, {size} bytes at offset {offset} requested but {got} read", archive=name
     )
-
-
-def _is_async(fs: Any) -> bool:
-    """True for async filesystems (S3, HTTP, GCS...), whose coroutines run on fsspec's loop.
-    fsspec is imported here, once an fsspec URL is opened: local archives never need it."""
-    import fsspec.asyn
-
-    return isinstance(fs, fsspec.asyn.AsyncFileSystem)
-
-
-def _is_buffered_file(file: Any) -> bool:
-    import fsspec.spec
-
-    return isinstance(file, fsspec.spec.AbstractBufferedFile)
 
 
 class LocalSource:
@@ -148,7 +154,7 @@ class LocalSource:
         # the rest once before calling the file truncated.
         rest = os.pread(self._fd, size - len(data), offset + len(data)) if data else b""
         if len(data) + len(rest) != size:
-            raise _truncated(self._path, offset, size, len(data) + len(rest))
+            raise truncated(self._path, offset, size, len(data) + len(rest))
         return data + rest
 
     async def read_async(self, offset: int, size: int) -> bytes:
@@ -162,8 +168,13 @@ class LocalSource:
         while done < size:
             count = os.preadv(self._fd, [buffer[done:]], offset + done)
             if count == 0:
-                raise _truncated(self._path, offset, size, done)
+                raise truncated(self._path, offset, size, done)
             done += count
+
+    read_span = read
+
+    def discard(self, offset: int, size: int) -> bool:
+        return False
 
     def reopen(self) -> None:
         old, self._fd = self._fd, self._open()
@@ -174,218 +185,6 @@ class LocalSource:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
-
-
-class FsspecSource:
-    """An archive file on any fsspec filesystem (S3, HTTP, memory, ...).
-
-    The filesystem object is re-created in a forked child before its first use: fsspec's
-    objects of the parent are bound to an event-loop thread that the child does not have.
-    """
-
-    def __init__(self, location: Location, *, range_reads: bool) -> None:
-        upath = location.upath
-        self._location = location
-        self._upath = upath
-        self._name = location.name
-        self._range_reads = range_reads
-        self._lock = threading.Lock()  # guards the buffered file object (it has a position)
-        self._file: Any = None
-        self._file_size: int | None = None
-        self._pid = os.getpid()
-        try:
-            self._fs: Any = upath.fs
-        except ImportError as error:  # e.g. s3:// without s3fs
-            raise remote_failure(error, self._name) from error
-        self._path: str = upath.path
-        self._remote = _is_async(self._fs)
-
-    @property
-    def is_remote(self) -> bool:
-        return self._remote
-
-    @property
-    def name(self) -> str:
-        """The archive's URL."""
-        return self._name
-
-    @property
-    def storage_options(self) -> Mapping[str, Any]:
-        """The options of the archive's filesystem."""
-        return self._upath.storage_options
-
-    def _filesystem(self) -> Any:
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._upath = self._location.fresh_upath()
-                    self._fs, self._file, self._pid = self._upath.fs, None, os.getpid()
-        return self._fs
-
-    def _not_a_file(self, error: Exception) -> Exception:
-        """A clearer error for a failed tail read of a folder (checked only on failure)."""
-        try:
-            is_dir = bool(self._fs.isdir(self._path))
-        except Exception:  # the original error says more than a failed check
-            is_dir = False
-        if is_dir:
-            return IsADirectoryError(21, "is a directory, not an indexed tar archive", self._name)
-        return error
-
-    def read_tail(self, size: int) -> tuple[bytes, int | None]:
-        fs = self._filesystem()
-        try:
-            data = _retrying(lambda: self._tail_once(fs, size), self._name, "the tail")
-        except Exception as error:
-            failure: BaseException = self._not_a_file(error)
-            if failure is error:
-                failure = remote_failure(error, self._name)
-            if failure is error:
-                raise
-            raise failure from error
-        return data, (len(data) if len(data) < size else None)
-
-    def _tail_once(self, fs: Any, size: int) -> bytes:
-        if self.is_remote:
-            # A suffix request needs no HEAD (the size is unknown until the header is decoded).
-            return bytes(fs.cat_file(self._path, start=-size))
-        # Filesystems without requests (memory, zip members, chained caches such as
-        # simplecache::, whose files can't seek from the end) are asked for the size first.
-        file_size = int(fs.size(self._path))
-        return bytes(fs.cat_file(self._path, start=max(0, file_size - size), end=file_size))
-
-    async def read_tail_async(self, size: int) -> tuple[bytes, int | None]:
-        fs = self._filesystem()
-        if not self.is_remote:
-            return await run_in_worker(self.read_tail, size)
-
-        async def once() -> bytes:
-            return bytes(await await_on_loop(fs._cat_file(self._path, start=-size), fsspec_loop(fs)))
-
-        try:
-            data = await _retrying_async(once, self._name, "the tail")
-        except Exception as error:
-            failure: BaseException = await run_in_worker(self._not_a_file, error)
-            if failure is error:
-                failure = remote_failure(error, self._name)
-            if failure is error:
-                raise
-            raise failure from error
-        return data, (len(data) if len(data) < size else None)
-
-    def set_file_size(self, size: int) -> None:
-        self._file_size = size
-
-    def info(self) -> dict[str, Any] | None:
-        """The object's details as the filesystem reports them (one small request, e.g. a
-        HEAD: size, ETag...), None if they can't be had; for telling whether it changed."""
-        fs = self._filesystem()
-        with contextlib.suppress(Exception):  # s3fs answers from its listings cache otherwise
-            fs.invalidate_cache(self._path)
-        try:
-            return dict(_retrying(lambda: fs.info(self._path), self._name, "the object's details"))
-        except Exception:  # the reads that follow report what is wrong
-            return None
-
-    async def info_async(self) -> dict[str, Any] | None:
-        """:meth:`info`, without blocking the running loop."""
-        fs = self._filesystem()
-        if not self.is_remote:
-            return await run_in_worker(self.info)
-        with contextlib.suppress(Exception):
-            fs.invalidate_cache(self._path)
-
-        async def once() -> dict[str, Any]:
-            return dict(await await_on_loop(fs._info(self._path), fsspec_loop(fs)))
-
-        try:
-            return await _retrying_async(once, self._name, "the object's details")
-        except Exception:
-            return None
-
-    def _checked(self, data: bytes, offset: int, size: int) -> bytes:
-        # Servers that ignore Range answer with the whole file (fsspec's HTTP filesystem
-        # does not check for 206), so the length is always verified.
-        if len(data) != size:
-            if len(data) > size:
-                raise ArchiveFormatError(
-                    f"{len(data)} bytes returned for a range of {size} bytes at offset "
-                    f"{offset} (does the server honour Range requests?)",
-                    archive=self._name,
-                )
-            if self._file_size is not None and offset + size <= self._file_size:
-                # The file holds these bytes: the body was cut short on the way (retried).
-                raise _ShortBody(f"{len(data)} of {size} bytes at offset {offset} arrived")
-            raise _truncated(self._name, offset, size, len(data))
-        return data
-
-    def _open_file(self, fs: Any) -> Any:
-        options: dict[str, Any] = {"mode": "rb"}
-        if not any(option in self._upath.storage_options for option in _USER_BUFFER_OPTIONS):
-            options.update(block_size=BUFFERED_BLOCK_SIZE, cache_type="bytes")
-        if self._file_size is not None:
-            options["size"] = self._file_size  # saves a HEAD request
-        try:
-            file = fs.open(self._path, **options)
-        except TypeError:  # a filesystem whose open() takes no size
-            options.pop("size", None)
-            file = fs.open(self._path, **options)
-        if self._file_size is not None and _is_buffered_file(file):
-            # s3fs looks up the file's details (a HEAD request) on its first fetch unless
-            # they are known; the index header told the size already.
-            file.details = {"name": self._path, "size": self._file_size, "type": "file"}
-        return file
-
-    def read(self, offset: int, size: int) -> bytes:
-        return _retrying(lambda: self._read_once(offset, size), self._name, f"bytes [{offset}, {offset + size})")
-
-    def _read_once(self, offset: int, size: int) -> bytes:
-        fs = self._filesystem()
-        if self._range_reads:
-            if self.is_remote:
-                data = sync(fs._cat_file(self._path, start=offset, end=offset + size), fsspec_loop(fs))
-            else:
-                data = fs.cat_file(self._path, start=offset, end=offset + size)
-            return self._checked(bytes(data), offset, size)
-        with self._lock:
-            if self._file is None:
-                self._file = self._open_file(fs)
-            self._file.seek(offset)
-            data = self._file.read(size)
-        return self._checked(bytes(data), offset, size)
-
-    async def read_async(self, offset: int, size: int) -> bytes:
-        fs = self._filesystem()
-        if not self.is_remote:
-            return await run_in_worker(self.read, offset, size)
-
-        async def once() -> bytes:
-            data = await await_on_loop(fs._cat_file(self._path, start=offset, end=offset + size), fsspec_loop(fs))
-            return self._checked(bytes(data), offset, size)
-
-        return await _retrying_async(once, self._name, f"bytes [{offset}, {offset + size})")
-
-    def read_into(self, offset: int, buffer: memoryview) -> None:
-        buffer[:] = self.read(offset, len(buffer))
-
-    def reopen(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._close_file_quietly(self._file)
-            self._upath = self._location.fresh_upath()
-            self._fs, self._file, self._pid = self._upath.fs, None, os.getpid()
-
-    def close(self) -> None:
-        with self._lock:
-            file, self._file = self._file, None
-        if file is not None:
-            self._close_file_quietly(file)
-
-    @staticmethod
-    def _close_file_quietly(file: Any) -> None:
-        # Closing a read-only file object loses nothing, and after a fork it may fail.
-        with contextlib.suppress(Exception):
-            file.close()
 
 
 # -- failures of remote storage --------------------------------------------------------------
@@ -480,107 +279,3 @@ def remote_errors(name: str) -> Iterator[None]:
         if failure is error:
             raise
         raise failure from error
-
-
-# -- retries ------------------------------------------------------------------------------------
-
-
-class _ShortBody(OSError):
-    """A response body shorter than the bytes asked for, of a range the file holds."""
-
-
-# Failures worth another attempt, by class name anywhere in the error's hierarchy (HTTP
-# libraries' own classes are not imported to name them): dropped or reset connections,
-# bodies cut short, timeouts.
-_TRANSIENT = frozenset(
-    {"_ShortBody", "ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ConnectionResetError",
-     "ConnectionAbortedError", "BrokenPipeError", "IncompleteRead", "ReadTimeoutError", "ServerTimeoutError",
-     "TimeoutError", "ResponseStreamingError"}
-)  # fmt: skip
-_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-def _http_status(error: BaseException) -> int | None:
-    """The HTTP status a failure answered with, if it says: aiohttp's ``status``, or the
-    response of a botocore error, also behind the errors s3fs translates them into (a
-    ``503 SlowDown`` becomes an ``OSError`` whose cause is botocore's)."""
-    seen: BaseException | None = error
-    for _ in range(4):  # the error and the few causes behind it
-        if seen is None:
-            return None
-        status = getattr(seen, "status", None)
-        if isinstance(status, int):
-            return status
-        response = getattr(seen, "response", None)
-        if isinstance(response, dict):
-            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if isinstance(code, int):
-                return code
-        seen = seen.__cause__
-    return None
-
-
-def is_transient(error: BaseException) -> bool:
-    """True for failures of remote storage that another attempt may not meet: a dropped or
-    reset connection, a body cut short, a timeout, HTTP 429 or 5xx. Missing objects (404),
-    denied access (403) and bad requests are permanent."""
-    if isinstance(error, FileNotFoundError | PermissionError | NcoreLikeError):
-        return False
-    status = _http_status(error)
-    if status is not None:
-        return status in _TRANSIENT_STATUS
-    return bool({cls.__name__ for cls in type(error).__mro__} & _TRANSIENT)
-
-
-def _next_delay(error: Exception, attempt: int, deadline: float, name: str, what: str) -> float:
-    """Seconds to wait before attempt ``attempt + 1`` after ``error``: exponential backoff
-    with jitter (so that many clients failing together don't retry together), none before
-    the first retry of a failed connection. Raises
-    ``error`` itself if it is permanent, and a :class:`~ncore_like.errors.RemoteStorageError`
-    naming the attempts when they or the time are used up."""
-    if not is_transient(error):
-        failure = remote_failure(error, name)  # a missing object, denied access... named
-        if failure is error:
-            raise error
-        raise failure from error
-    if attempt == 1 and _http_status(error) is None:
-        delay = 0.0  # a connection failure, not an answer saying the service is overloaded
-    else:
-        delay = float(min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
-    if attempt >= RETRY_ATTEMPTS or time.monotonic() + delay > deadline:
-        detail = str(error).split("\n", 1)[0] or type(error).__name__
-        raise RemoteStorageError(
-            f"reading {what} failed {attempt} times, the last with: {detail}", archive=name
-        ) from error
-    return delay
-
-
-def _retrying(call: Callable[[], T], name: str, what: str) -> T:
-    """``call()``, again after transient failures (:func:`is_transient`): at most
-    :data:`RETRY_ATTEMPTS` attempts within :data:`RETRY_DEADLINE` seconds, then a
-    :class:`~ncore_like.errors.RemoteStorageError` naming the attempts. Other failures raise
-    at once."""
-    deadline = time.monotonic() + RETRY_DEADLINE
-    attempt = 1
-    while True:
-        try:
-            return call()
-        except Exception as error:
-            delay = _next_delay(error, attempt, deadline, name, what)
-        time.sleep(delay)
-        attempt += 1
-
-
-async def _retrying_async(call: Callable[[], Awaitable[T]], name: str, what: str) -> T:
-    """:func:`_retrying` of a coroutine function, sleeping without blocking the loop."""
-    import asyncio
-
-    deadline = time.monotonic() + RETRY_DEADLINE
-    attempt = 1
-    while True:
-        try:
-            return await call()
-        except Exception as error:
-            delay = _next_delay(error, attempt, deadline, name, what)
-        await asyncio.sleep(delay)
-        attempt += 1

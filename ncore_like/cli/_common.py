@@ -1,5 +1,6 @@
 """What the commands share: locations and storage options, error reporting, output
-formatting and progress bars."""
+formatting and progress bars. A location on the command line is the archive layer's
+:class:`~ncore_like.archive.Location` (``Location.parse`` gives storage options to URLs only)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,13 @@ import contextlib
 import difflib
 import fnmatch
 import json
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from ..archive import error_detail
-from ..archive._location import Location as ArchiveLocation
+from ..archive import Location, error_detail, is_url
 from ..errors import NcoreLikeError
 from ..store import IndexedTarZarrStore
-
-if TYPE_CHECKING:
-    from upath import UPath
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -50,10 +45,6 @@ __all__ = [
 #: errors (ArchiveFormatError, RecordExistsError, zarr's errors...) are ValueErrors, missing
 #: files and failed requests OSErrors, missing records KeyErrors.
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (NcoreLikeError, OSError, ValueError, KeyError)
-
-# A URL scheme of two or more characters (a Windows drive letter, "C:\...", is a path), or
-# the first link of a chained URL ("simplecache::s3://...", "zip://a.zarr::b.zip").
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+(://|::)")
 
 
 class CommandError(Exception):
@@ -131,52 +122,6 @@ def add_quiet_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass(frozen=True)
-class Location:
-    """A local path or a remote URL given on the command line, with the storage options of
-    the command (used for remote locations only)."""
-
-    where: ArchiveLocation
-
-    @classmethod
-    def parse(cls, text: str, storage_options: Sequence[tuple[str, Any]] = ()) -> Location:
-        """The location ``text`` names: a URL with a scheme (``s3://``, ``memory://``,
-        ``file://``...) gets the storage options; anything else is a local path."""
-        if _URL.match(text):
-            from upath import UPath
-
-            return cls(ArchiveLocation(UPath(text, **dict(storage_options))))
-        return cls(ArchiveLocation(text))
-
-    @property
-    def upath(self) -> UPath:
-        return self.where.upath
-
-    @property
-    def local(self) -> str | None:
-        """The operating-system path of a local location, None for remote ones."""
-        return self.where.local
-
-    @property
-    def is_remote(self) -> bool:
-        """True for locations that aren't local files."""
-        return self.local is None
-
-    @property
-    def name(self) -> str:
-        """How messages name the location (a path, or the URL)."""
-        return self.where.name
-
-    @property
-    def target(self) -> str | UPath:
-        """What to hand the library: the path of local locations, the ``UPath`` otherwise."""
-        return self.local if self.local is not None else self.upath
-
-    def same_as(self, other: Location) -> bool:
-        """True if both name the same file (compared by location, not by content)."""
-        return self.name == other.name and self.upath.protocol == other.upath.protocol
-
-
 def warn_unused_storage_options(args: argparse.Namespace) -> None:
     """Warns when storage options were given but no location of the command is a URL: they
     apply to remote locations only, and would be silently ignored."""
@@ -189,7 +134,7 @@ def warn_unused_storage_options(args: argparse.Namespace) -> None:
         for item in (value if isinstance(value, list) else [value])  # e.g. several SRC of pack
         if isinstance(item, str)
     ]
-    if not any(_URL.match(value) for value in values):
+    if not any(is_url(value) for value in values):
         names = ", ".join(sorted({name for name, _ in options}))
         print(
             f"ncore-like: warning: storage options apply to URLs only, ignored for local paths ({names})",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, Location
+from ..archive import IndexedTarArchive, Location, RetryPolicy, is_url
 from ..archive._cache import CacheOption, as_cache
 from ._itar_store import IndexedTarZarrStore
 
@@ -54,6 +54,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             :class:`~ncore_like.IndexedTarArchive`).
         verify_checksums: Check every record read against its CRC32C (the default) and
             raise :class:`~ncore_like.ChecksumError` for a damaged one.
+        retry: The :class:`~ncore_like.RetryPolicy` of the remote archives' reads.
 
     The options travel with the collection into worker processes.
     """
@@ -68,6 +69,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         index_tail_read_size: int | None = TAIL_READ_SIZE,
         remote_range_reads: bool = False,
         verify_checksums: bool | None = True,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be positive, got {max_open}")
@@ -79,6 +81,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         self._max_open = max_open
         self._cache = as_cache(cache)
         self._open_options = (index_tail_read_size, bool(remote_range_reads), verify_checksums)
+        self._retry = retry
         self._init_open()
 
     def _init_open(self) -> None:
@@ -95,12 +98,14 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             "max_open": self._max_open,
             "cache": self._cache,
             "open": self._open_options,
+            "retry": self._retry,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._locations, self._options, self._max_open = state["locations"], state["options"], state["max_open"]
         self._cache = state.get("cache")
         self._open_options = state.get("open", (TAIL_READ_SIZE, False, True))
+        self._retry = state.get("retry")
         self._init_open()
 
     # -- the archives ---------------------------------------------------------------------
@@ -139,6 +144,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             verify_checksums=verify,
             storage_options=self._options if remote else None,
             cache=self._cache,
+            retry=self._retry,
         )
         with self._lock:
             store = self._open.setdefault(index, opened)  # another thread may have been first
@@ -185,7 +191,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
 def _expand(pattern: str, options: dict[str, Any]) -> list[str]:
     """The archives a glob pattern names, sorted; ValueError if none."""
     found: list[str]
-    location = Location(pattern, options or None) if "://" in pattern else None
+    location = Location(pattern, options or None) if is_url(pattern) else None
     if location is None:
         found = sorted(globbing.glob(pattern))
     elif location.local is not None:

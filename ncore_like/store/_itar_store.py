@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, is_node_metadata_key, read_records
+from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, RetryPolicy, is_node_metadata_key, read_records
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
@@ -58,6 +58,7 @@ class IndexedTarZarrStore(Store):
         checksums: bool = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._archive = IndexedTarArchive(
             itar_path,
@@ -68,6 +69,7 @@ class IndexedTarZarrStore(Store):
             checksums=checksums,
             storage_options=storage_options,
             cache=cache,
+            retry=retry,
         )
         super().__init__(ItarZarrStore(self._archive))
         self._init_views()
@@ -97,6 +99,7 @@ class IndexedTarZarrStore(Store):
         verify_checksums: bool | None = True,
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
+        retry: RetryPolicy | None = None,
     ) -> IndexedTarZarrStore:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
@@ -108,6 +111,7 @@ class IndexedTarZarrStore(Store):
             verify_checksums=verify_checksums,
             storage_options=storage_options,
             cache=cache,
+            retry=retry,
         )
         return cls._of_archive(archive)
 

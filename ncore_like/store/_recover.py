@@ -14,6 +14,7 @@ Records under no array (chunks of arrays whose metadata was written after the la
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from upath import UPath
 
 __all__ = ["RecoveryReport", "recover"]
+
+logger = logging.getLogger("ncore_like.store.recover")
 
 
 def recover(path: str | PurePath | UPath, output: str | PurePath | None = None) -> RecoveryReport:
@@ -54,7 +57,10 @@ def recover(path: str | PurePath | UPath, output: str | PurePath | None = None) 
     """
     archive, report = recover_records(path, output)
     try:
+        notes = len(report.notes)
         _consolidate(archive, report)
+        for note in report.notes[notes:]:  # the decisions about the hierarchy
+            logger.info("%s: %s", report.archive, note)
         archive.close()
     except BaseException:
         archive.abort()  # a copy is discarded; a partial file finished in place is kept

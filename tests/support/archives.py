@@ -33,7 +33,7 @@ def rewrite_index(path: Path, change: Callable[[list[str], list[int], list[int]]
 def die(archive: IndexedTarArchive) -> None:
     """What a killed writer leaves behind, without killing the test: its partial file as it
     is, no longer held (its descriptor and lock go, nothing more is written)."""
-    writer = archive._writer
+    writer = getattr(archive._impl, "_writer", None)  # the implementation of a writing archive
     assert writer is not None, "not an archive being written"
     writer.release()
 

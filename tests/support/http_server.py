@@ -49,8 +49,10 @@ _RANGE_RE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
 ROOT_KEY = web.AppKey("root", Path)
 LATENCY_KEY = web.AppKey("latency", float)
 #: Faults by the number of the ``GET`` they hit (1-based): ``503``, ``429``, ``reset`` (the
-#: connection closed before any response), ``cut`` (headers and half the body, then closed)
-#: or ``stall`` (headers and half the body, then nothing for STALL_SECONDS).
+#: connection closed before any response), ``cut`` (headers and half the body, then closed),
+#: ``stall`` (headers and half the body, then nothing for STALL_SECONDS) or ``short`` (a
+#: well-formed response whose ``Content-Length`` and body are half of the range asked for:
+#: no transport error, only fewer bytes).
 FAULTS_KEY = web.AppKey("faults", dict)
 GETS_KEY = web.AppKey("gets", list)
 LOG_KEY = web.AppKey("log", RequestLog)
@@ -233,10 +235,15 @@ async def _faulty(
         if transport is not None:
             transport.abort()
         raise ConnectionResetError("reset on purpose")
+    half = b"".join([chunk async for chunk in _read_file(target, first, length)])[: length // 2]
+    if fault == "short":  # ends cleanly: the client sees a complete response of fewer bytes
+        headers = {**headers, "Content-Length": str(len(half))}
     response = web.StreamResponse(status=status, headers=headers)
     await response.prepare(request)
-    half = b"".join([chunk async for chunk in _read_file(target, first, length)])[: length // 2]
     await response.write(half)
+    if fault == "short":
+        await response.write_eof()
+        return response
     if fault == "stall":
         await asyncio.sleep(STALL_SECONDS)  # the rest comes too late, if the client still waits
     if transport is not None:
@@ -356,7 +363,9 @@ def main(argv: list[str] | None = None) -> None:
     parser: argparse.ArgumentParser = base_arg_parser(__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--dir", type=Path, required=True, help="directory to serve")
     parser.add_argument(
-        "--faults", default="", help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 429, reset, cut, stall)"
+        "--faults",
+        default="",
+        help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 429, reset, cut, stall, short)",
     )
     args = parser.parse_args(argv)
     faults = {int(number): kind for number, _, kind in (item.partition("=") for item in args.faults.split(",") if item)}

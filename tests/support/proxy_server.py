@@ -23,8 +23,10 @@ since the proxy started, retries included), as :mod:`tests.support.http_server` 
 the shapes S3 clients meet: ``503`` (an S3 ``SlowDown`` error), ``500`` (``InternalError``)
 and ``429`` answered without asking upstream; ``reset`` (the connection closed before any
 response); ``cut`` (the upstream's headers and half its body, then the connection closed);
-``stall`` (the same half, then nothing for :data:`STALL_SECONDS`). The log record's
-``status`` says which fault hit the request.
+``stall`` (the same half, then nothing for :data:`STALL_SECONDS`); ``short`` (the upstream's
+headers with a ``Content-Length`` of half its body, and that half: a well-formed response of
+fewer bytes than asked for, no transport error). The log record's ``status`` says which
+fault hit the request.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ _ERROR_FAULTS = {
     "500": ("InternalError", "We encountered an internal error. Please try again."),
     "429": ("SlowDown", "Please reduce your request rate."),
 }
-FAULT_KINDS = frozenset({*_ERROR_FAULTS, "reset", "cut", "stall"})
+_BODY_FAULTS = frozenset({"cut", "stall", "short"})
+FAULT_KINDS = frozenset({*_ERROR_FAULTS, "reset", *_BODY_FAULTS})
 #: How long a ``stall`` fault holds the rest of the body back (the client gives up first).
 STALL_SECONDS = 60.0
 
@@ -189,14 +192,22 @@ async def _cut(
     request: web.Request, record: dict[str, Any], status: int, headers: CIMultiDict[str], body: bytes, fault: str
 ) -> web.StreamResponse:
     """Sends the upstream's headers (the full ``Content-Length``) and half its body, then
-    (``stall``: after a long wait) closes the connection: the rest of the body never comes."""
+    (``stall``: after a long wait) closes the connection: the rest of the body never comes.
+    ``short``: the half, announced as the whole body (``Content-Length``), ended cleanly."""
     record["status"] = fault
     record["bytes"] = len(body) // 2
     record["end"] = time.time()
     request.app[LOG_KEY].write(record)
+    half = body[: len(body) // 2]
+    if fault == "short":
+        headers = CIMultiDict(headers)
+        headers["Content-Length"] = str(len(half))
     response = web.StreamResponse(status=status, headers=headers)
     await response.prepare(request)
-    await response.write(body[: len(body) // 2])
+    await response.write(half)
+    if fault == "short":
+        await response.write_eof()
+        return response
     if fault == "stall":
         await asyncio.sleep(STALL_SECONDS)
     if request.transport is not None:
@@ -220,7 +231,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if latency > 0:
         await asyncio.sleep(latency)
     fault = _next_fault(request)
-    if fault is not None and fault not in ("cut", "stall"):
+    if fault is not None and fault not in _BODY_FAULTS:
         return await _fail_early(request, record, fault)
     log = app[LOG_KEY]
     body = await request.read()
@@ -248,7 +259,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         )
     async with upstream:
         out_headers = _filter_headers(upstream.headers.items(), keep_length=True)
-        if fault in ("cut", "stall"):
+        if fault in _BODY_FAULTS:
             return await _cut(request, record, upstream.status, out_headers, await upstream.read(), fault)
         has_body = request.method != "HEAD" and upstream.status not in (204, 304)
         chunks: bytes | AsyncIterator[bytes] = _body_chunks(upstream) if has_body else b""
@@ -310,7 +321,9 @@ def main(argv: list[str] | None = None) -> None:
     parser: argparse.ArgumentParser = base_arg_parser(__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--upstream", required=True, help="http://127.0.0.1:PORT")
     parser.add_argument(
-        "--faults", default="", help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 500, 429, reset, cut)"
+        "--faults",
+        default="",
+        help="faults by GET number, e.g. '2=503,3=cut,5=reset' (503, 500, 429, reset, cut, stall, short)",
     )
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,516 @@
+"""An archive opened for reading: :class:`ReadingArchive`.
+
+Its one construction path is the constructor, given the decoded index and what the opening
+read (:meth:`ReadingArchive.open`, :meth:`ReadingArchive.open_async`), or what a pickled
+archive carried (:meth:`ReadingArchive.unpickled`, which opens its source on first use).
+
+Records within the tail read of the opening are served from memory, prefetched records
+until they are read once; others come from the record source (a local ``pread``, or the
+remote source's one read path) and are checked against their CRC32C when verification is
+on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, NamedTuple
+
+from .._concurrency import run_in_worker
+from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
+from .._lru import LRUCache, process_cache
+from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, RemoteStorageError
+from ._cache import CachedSource, RecordCache
+from ._checksum import checksum
+from ._format import BLOCK_SIZE, IndexHeader, decode_index, foreign_file, has_index_magic, unpack_index_header
+from ._location import Location
+from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
+from ._retry import RetryPolicy
+from ._sources import RecordSource, open_source
+
+__all__ = ["ReadOptions", "ReadingArchive"]
+
+# Decoding the index of a 20,000-record archive (xz, then CBOR, then the key lookup table)
+# takes ~7 ms, most of an archive's opening, and jobs often open the same archive again and
+# again (a dataset that opens its store per sample...). The key is the compressed index and
+# the offset it was found at, so a changed archive never finds a stale entry, and there is
+# no file identity to get wrong (paths, remote objects, renames). Entries are read-only and
+# shared; the bound counts records.
+_decoded_indices: LRUCache[tuple[int, bytes], RecordTable] = process_cache(
+    DECODED_INDEX_RECORDS, weight=lambda table: len(table.keys)
+)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class ReadOptions(NamedTuple):
+    """How an archive is read (the reading parameters of :class:`~ncore_like.IndexedTarArchive`)."""
+
+    index_tail_read_size: int | None = TAIL_READ_SIZE
+    remote_range_reads: bool = False
+    verify_checksums: bool | None = True
+    """None means the default: verify."""
+    cache: RecordCache | None = None
+    retry: RetryPolicy = DEFAULT_RETRY
+
+    @property
+    def tail_request_size(self) -> int:
+        size = self.index_tail_read_size
+        return BLOCK_SIZE if size is None or size < BLOCK_SIZE else size
+
+    def source(self, location: Location, version: str | None = None) -> RecordSource:
+        return open_source(
+            location, range_reads=self.remote_range_reads, retry=self.retry, cache=self.cache, version=version
+        )
+
+
+class _Opening(NamedTuple):
+    """What the tail read of an opening tells: the index header, the file size, and the
+    index bytes if the tail holds them."""
+
+    header: IndexHeader
+    file_size: int
+    index_data: bytes | None
+
+    @classmethod
+    def of(cls, tail: bytes, file_size: int | None, name: str) -> _Opening:
+        if file_size == 0 or not tail:
+            raise ArchiveFormatError("empty file, not an indexed tar archive", archive=name)
+        header = unpack_index_header(tail, name)
+        if file_size is None:  # remote suffix read: the header tells the size
+            file_size = header.file_size
+            if file_size < len(tail):
+                raise ArchiveFormatError("index header inconsistent with the file size", archive=name)
+        if header.offset + header.size > file_size - BLOCK_SIZE:
+            raise ArchiveFormatError(
+                f"index of {header.size} bytes at offset {header.offset} extends past the "
+                f"end of the {file_size}-byte file (truncated?)",
+                archive=name,
+            )
+        tail_start = file_size - len(tail)
+        index_data = None
+        if header.offset >= tail_start:
+            start = header.offset - tail_start
+            index_data = tail[start : start + header.size]
+        return cls(header, file_size, index_data)
+
+
+def _holds_head(tail: bytes, file_size: int | None) -> bool:
+    """True if the tail read holds the whole file (its first block too)."""
+    return file_size is not None and len(tail) >= file_size
+
+
+def _head_or_empty(read: Callable[[int, int], bytes]) -> bytes:
+    try:
+        return read(0, BLOCK_SIZE)
+    except Exception:  # the error about the tail says enough
+        return b""
+
+
+def _foreign(head: bytes, tail: bytes, file_size: int | None, name: str) -> ArchiveFormatError | None:
+    """For a file without an index header: the error saying what the file is instead (a
+    plain tar, a zip...) and what to do, None if it is none of those."""
+    if has_index_magic(tail):
+        return None  # an archive, damaged in another way
+    description = foreign_file(head, tail, file_size, name)
+    return None if description is None else ArchiveFormatError(description, archive=name)
+
+
+def _decoded(data: bytes, header: IndexHeader, name: str) -> RecordTable:
+    """The record table of an index, decoded or from the process-wide cache (read-only, shared)."""
+    data = bytes(data)
+    cached = _decoded_indices.get((header.offset, data))
+    if cached is not None:
+        return cached
+    index = decode_index(data, header, name)
+    table = RecordTable(index)
+    if len(table.positions) != len(index.keys):
+        # Two entries of one key: reads would return one of two payloads.
+        duplicate = next(key for key, count in Counter(index.keys).items() if count > 1)
+        raise ArchiveFormatError(
+            f"corrupt record index: key {duplicate!r} has two entries", archive=name, key=duplicate
+        )
+    _decoded_indices.put((header.offset, data), table)
+    return table
+
+
+def _naming(error: RemoteStorageError, key: str) -> RemoteStorageError:
+    """``error`` of a remote read, naming the record read."""
+    return RemoteStorageError(f"record {key!r}: {error.detail}", archive=error.archive, key=key)
+
+
+class ReadingArchive(ArchiveBase):
+    """The records of an archive opened for reading (see :class:`~ncore_like.IndexedTarArchive`)."""
+
+    mode: Literal["r", "w"] = "r"
+
+    def __init__(
+        self,
+        location: Location,
+        options: ReadOptions,
+        table: RecordTable,
+        *,
+        source: RecordSource | None,
+        is_remote: bool,
+        file_size: int,
+        index_record: Record,
+        tail: bytes | None = None,
+        cache_version: str | None = None,
+    ) -> None:
+        super().__init__(location, table)
+        self.options = options
+        self.retry: RetryPolicy | None = options.retry
+        self.is_remote = is_remote
+        self.remote_range_reads = options.remote_range_reads
+        self.file_size = file_size
+        self.index_record = index_record
+        self._verify = options.verify_checksums is None or bool(options.verify_checksums)
+        self._source = source
+        self._cache_version = cache_version  # of an unpickled archive: the version its index is of
+        # The bytes of the tail read, and records prefetched by open_async until read once.
+        self._tail = tail
+        self._tail_start = file_size - len(tail) if tail is not None else file_size
+        self._prefetched: dict[str, bytes] = {}
+        self._checked_whole: set[int] = set()  # records read whole and checked, for range reads
+        if source is not None:
+            self._check_cached_records(source)
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, location: Location, options: ReadOptions) -> ReadingArchive:
+        source = options.source(location)
+        name = location.name
+        try:
+            tail, file_size = source.read_tail(options.tail_request_size)
+            try:
+                opening = _Opening.of(tail, file_size, name)
+            except ArchiveFormatError as error:
+                head = tail if _holds_head(tail, file_size) else _head_or_empty(source.read)
+                raise _foreign(head, tail, file_size, name) or error from None
+            source.set_file_size(opening.file_size)
+            header = opening.header
+            index_data = opening.index_data
+            if index_data is None:
+                index_data = source.read(header.offset, header.size)
+            table = _decoded(index_data, header, name)
+        except BaseException:
+            source.close()
+            raise
+        return cls._opened(location, options, table, source, tail, opening)
+
+    @classmethod
+    async def open_async(cls, location: Location, options: ReadOptions, prefetch_keys: Iterable[str]) -> ReadingArchive:
+        source = options.source(location)
+        if not source.is_remote:
+            source.close()
+            archive = await run_in_worker(cls.open, location, options)
+            await run_in_worker(archive._prefetch, tuple(prefetch_keys))
+            return archive
+        try:
+            tail, file_size = await source.read_tail_async(options.tail_request_size)
+            try:
+                opening = _Opening.of(tail, file_size, location.name)
+            except ArchiveFormatError as error:
+                head = tail
+                if not _holds_head(tail, file_size):
+                    try:
+                        head = await source.read_async(0, BLOCK_SIZE)
+                    except Exception:  # the error about the tail says enough
+                        head = b""
+                raise _foreign(head, tail, file_size, location.name) or error from None
+            source.set_file_size(opening.file_size)
+            header = opening.header
+            index_data = opening.index_data
+            if index_data is None:
+                index_data = await source.read_async(header.offset, header.size)
+            table = _decoded(index_data, header, location.name)
+            archive = cls._opened(location, options, table, source, tail, opening)
+            await archive._prefetch_async(tuple(prefetch_keys))
+        except BaseException:
+            source.close()
+            raise
+        return archive
+
+    @classmethod
+    def _opened(
+        cls,
+        location: Location,
+        options: ReadOptions,
+        table: RecordTable,
+        source: RecordSource,
+        tail: bytes,
+        opening: _Opening,
+    ) -> ReadingArchive:
+        header = opening.header
+        return cls(
+            location,
+            options,
+            table,
+            source=source,
+            is_remote=source.is_remote,
+            file_size=opening.file_size,
+            index_record=Record(header.offset, header.size),
+            tail=tail,
+        )
+
+    # -- pickling: location, options and index; the source opens on first use ----------------
+
+    def state(self) -> dict[str, Any]:
+        source = self._source
+        return {
+            "location": self.location,
+            "options": self.options,
+            "is_remote": self.is_remote,
+            "file_size": self.file_size,
+            "index_record": self.index_record,
+            "index": (self.table.keys, self.table.offsets, self.table.sizes, self.table.crcs),
+            # The object version the index is of (records read in the other process are
+            # cached under it).
+            "cache_version": source.version if isinstance(source, CachedSource) else self._cache_version,
+        }
+
+    @classmethod
+    def unpickled(cls, state: dict[str, Any]) -> ReadingArchive:
+        from ._format import Index
+
+        return cls(
+            state["location"],
+            state["options"],
+            RecordTable(Index(*state["index"])),
+            source=None,
+            is_remote=state["is_remote"],
+            file_size=state["file_size"],
+            index_record=state["index_record"],
+            cache_version=state["cache_version"],
+        )
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def cache(self) -> RecordCache | None:
+        return self.options.cache if self.location.local is None else None
+
+    @property
+    def tail_size(self) -> int:
+        return len(self._tail) if self._tail is not None else 0
+
+    @property
+    def verify_checksums(self) -> bool:
+        return self._verify and self.table.crcs is not None
+
+    # -- the source ------------------------------------------------------------------------
+
+    def _check_cached_records(self, source: RecordSource) -> None:
+        # Records read from a cache are checked as reads check records, once: against the
+        # archive's checksums where it has them (a mismatch drops the cached copy and reads
+        # the record again), else against the cache's own CRC32C; not at all when
+        # verify_checksums=False chose speed.
+        if isinstance(source, CachedSource):
+            source.verify_hits = self._verify and not self.verify_checksums
+
+    def _live_source(self) -> RecordSource:
+        source = self._source
+        if self.closed:
+            raise ArchiveClosedError("archive is closed", archive=self.name)
+        if source is None:  # unpickled: opened on first use
+            with self.lock:
+                if self._source is None:
+                    opened = self.options.source(self.location, self._cache_version)
+                    opened.set_file_size(self.file_size)
+                    self._check_cached_records(opened)
+                    self._source = opened
+                source = self._source
+        return source
+
+    def _discarded(self, offset: int, size: int, error: ChecksumError) -> RecordSource:
+        """After ``error`` (a record that failed its checksum): the source, once it dropped
+        its cached copy of the record (read it again from there); raises ``error`` if it
+        kept none."""
+        source = self._source
+        if source is None or not source.discard(offset, size):
+            raise error
+        return source
+
+    # -- records held in memory ------------------------------------------------------------
+
+    def _from_memory(self, key: str, offset: int, start: int, stop: int) -> bytes | None:
+        """Bytes ``[start, stop)`` of a record if it is held in memory (a full read of a
+        prefetched record releases it)."""
+        if stop <= start:
+            return b""
+        tail = self._tail
+        if tail is not None and offset >= self._tail_start:
+            base = offset - self._tail_start
+            return tail[base + start : base + stop]
+        if self._prefetched:
+            data = self._prefetched.get(key)
+            if data is not None:
+                if start == 0 and stop == len(data):
+                    self._prefetched.pop(key, None)
+                    return data
+                return data[start:stop]
+        return None
+
+    def _needs_io(self, key: str) -> bool:
+        """True for records that exist and are not held in memory."""
+        table = self.table
+        position = table.positions.get(key)
+        if position is None or key in self._prefetched:
+            return False
+        offset, size = table.offsets[position], table.sizes[position]
+        return size > 0 and not (self._tail is not None and offset >= self._tail_start)
+
+    def in_memory(self, key: str) -> bool:
+        return not self._needs_io(key)
+
+    def _prefetch(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            if self._needs_io(key):
+                self._prefetched[key] = self.read(key)
+
+    async def _prefetch_async(self, keys: tuple[str, ...]) -> None:
+        import asyncio
+
+        # Records of the tail read are in memory already: fetching them again would keep a
+        # second copy that nothing ever reads.
+        wanted = [key for key in dict.fromkeys(keys) if self._needs_io(key)]
+        for key, data in zip(wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True):
+            self._prefetched[key] = data
+
+    def release_index_tail(self, retention: IndexTailRetention, *, consolidated: bool) -> None:
+        if retention not in RETENTIONS:
+            raise ValueError(f"{self.name}: unknown index tail retention {retention!r}")
+        release = {
+            "keep": False,
+            "release_after_opening": True,
+            "release_if_consolidated": consolidated,
+            "keep_complete_archives": self._tail_start > 0,
+        }[retention]
+        if release:
+            self._tail = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self, key: str) -> bytes:
+        # The hot path of random access: written out rather than through the helpers, since
+        # each call saved is a noticeable share of a small record's read.
+        table = self.table
+        position = table.positions.get(key)
+        if position is None:
+            raise KeyError(f"no record {key!r} in {self.name}")
+        offset = table.offsets[position]
+        size = table.sizes[position]
+        tail = self._tail
+        data: bytes | None
+        if tail is not None and offset >= self._tail_start:
+            start = offset - self._tail_start
+            data = tail[start : start + size]
+        else:
+            data = self._from_memory(key, offset, 0, size) if self._prefetched or size == 0 else None
+            if data:
+                return data  # prefetched: checked when it was fetched
+            if data is None:
+                source = self._source
+                if source is None or self.closed:
+                    source = self._live_source()
+                try:
+                    data = source.read(offset, size)
+                except RemoteStorageError as error:
+                    raise _naming(error, key) from error
+        # Checked at once, on the thread that read it, while the bytes are in the CPU's cache.
+        if self._verify:
+            crcs = table.crcs
+            if crcs is not None and checksum(data) != crcs[position]:
+                mismatch = table.mismatch(key, position, data, self.name)
+                data = self._discarded(offset, size, mismatch).read(offset, size)
+                table.check(key, data, self.name)
+        return data
+
+    async def read_async(self, key: str) -> bytes:
+        offset, size = self.locate(key)
+        prefetched = key in self._prefetched  # checked when it was fetched
+        data = self._from_memory(key, offset, 0, size)
+        if data is None:
+            try:
+                data = await self._live_source().read_async(offset, size)
+            except RemoteStorageError as error:
+                raise _naming(error, key) from error
+        if self._verify and not prefetched:
+            try:
+                self.check_payload(key, data)
+            except ChecksumError as error:
+                data = await self._discarded(offset, size, error).read_async(offset, size)
+                self.check_payload(key, data)
+        return data
+
+    def read_into(self, key: str, buffer: memoryview) -> None:
+        offset, size = self.locate(key)
+        if len(buffer) != size:
+            raise ValueError(f"{self.name}: record {key!r} has {size} bytes, buffer {len(buffer)}")
+        prefetched = key in self._prefetched  # checked when it was fetched
+        data = self._from_memory(key, offset, 0, size)
+        if data is not None:
+            if self._verify and not prefetched:
+                self.check_payload(key, data)
+            buffer[:] = data
+            return
+        self._live_source().read_into(offset, buffer)
+        if self._verify:
+            try:
+                self.check_payload(key, buffer)
+            except ChecksumError as error:
+                buffer[:] = bytes(len(buffer))  # the damaged bytes never reach the caller
+                data = self._discarded(offset, size, error).read(offset, size)
+                self.check_payload(key, data)
+                buffer[:] = data
+
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        offset, size = self.locate(key)
+        start, stop = clipped(start, stop, size)
+        if self.verify_checksums and self.table.positions[key] not in self._checked_whole:
+            whole = self.read(key)
+            self._checked_whole.add(self.table.positions[key])
+            return whole[start:stop]
+        data = self._from_memory(key, offset, start, stop)
+        if data is not None:
+            return data
+        return self._live_source().read(offset + start, stop - start)
+
+    async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
+        offset, size = self.locate(key)
+        start, stop = clipped(start, stop, size)
+        if self.verify_checksums and self.table.positions[key] not in self._checked_whole:
+            whole = await self.read_async(key)
+            self._checked_whole.add(self.table.positions[key])
+            return whole[start:stop]
+        data = self._from_memory(key, offset, start, stop)
+        if data is not None:
+            return data
+        return await self._live_source().read_async(offset + start, stop - start)
+
+    def read_span(self, offset: int, size: int) -> bytes:
+        if offset < 0 or size < 0 or offset + size > self.file_size:
+            raise ValueError(
+                f"{self.name}: span [{offset}, {offset + size}) lies outside the file of {self.file_size} bytes"
+            )
+        return self._live_source().read_span(offset, size)
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self._source is not None:
+                self._source.close()
+
+    def exit(self, failed: bool) -> None:
+        self.close()
+
+    def reload_resources(self) -> None:
+        with self.lock:
+            if not self.closed and self._source is not None:
+                self._source.reopen()

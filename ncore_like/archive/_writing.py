@@ -1,0 +1,221 @@
+"""An archive opened for writing: :class:`WritingArchive`.
+
+Records are appended through an :class:`~ncore_like.archive._writer.ArchiveWriter` (the
+file format and the atomic publish); node metadata records are held in memory until
+:meth:`~WritingArchive.close` (or :meth:`~WritingArchive.flush`) appends them. Its one
+construction path is the constructor, given the writer and the records it holds already:
+none for a new archive (:meth:`WritingArchive.create`), those found by recovery for a
+resumed one (:meth:`WritingArchive.resumed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Literal
+
+from .._concurrency import run_in_worker
+from ..errors import ArchiveClosedError, RecordExistsError
+from ._format import Index, is_node_metadata_key, validate_key
+from ._location import Location
+from ._records import ArchiveBase, RecordTable, clipped
+from ._writer import ArchiveWriter
+
+__all__ = ["WritingArchive"]
+
+
+class WritingArchive(ArchiveBase):
+    """The records of an archive being written (see :class:`~ncore_like.IndexedTarArchive`).
+    Not thread-safe by itself beyond its lock: every change happens under it."""
+
+    mode: Literal["r", "w"] = "w"
+
+    def __init__(
+        self, location: Location, writer: ArchiveWriter, table: RecordTable, *, verify_checksums: bool
+    ) -> None:
+        super().__init__(location, table)
+        self._writer = writer
+        self._verify = verify_checksums
+        self._pid = os.getpid()
+        self._published = False
+        # Node metadata records, held until close (or flush); what flush wrote of them.
+        self._metadata: dict[str, bytes] = {}
+        self._metadata_written: dict[str, bytes] = {}
+
+    @classmethod
+    def create(
+        cls, location: Location, *, checksums: bool, verify_checksums: bool | None, exclusive: bool = False
+    ) -> WritingArchive:
+        """A new archive; ``exclusive``: never replacing a file at its name (modes ``"w-"``, ``"x"``)."""
+        writer = ArchiveWriter(location, checksums=checksums, exclusive=exclusive)
+        return cls(
+            location,
+            writer,
+            RecordTable(Index([], [], [], writer.crcs)),
+            verify_checksums=verify_checksums is None or bool(verify_checksums),
+        )
+
+    @classmethod
+    def resumed(cls, path: str, position: int, index: Index, *, verify_checksums: bool | None) -> WritingArchive:
+        """An archive that continues the partial file of the local archive ``path`` after
+        ``position``, holding the records of ``index`` (found there by recovery). Closing it
+        publishes the archive at ``path``."""
+        writer = ArchiveWriter.resume(path, position, checksums=index.checksums is not None)
+        if writer.crcs is not None:
+            writer.crcs.extend(index.checksums or ())
+        table = RecordTable(Index(list(index.keys), list(index.offsets), list(index.sizes), writer.crcs))
+        return cls(Location(path), writer, table, verify_checksums=verify_checksums is None or bool(verify_checksums))
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def file_size(self) -> int:
+        return self._writer.position
+
+    @property
+    def verify_checksums(self) -> bool:
+        return self._verify and self.table.crcs is not None
+
+    # -- the mapping: appended records, then node metadata records not written yet --------
+
+    def keys(self) -> list[str]:
+        with self.lock:
+            keys = self.table.live()[0]
+            return keys + [key for key in self._metadata if key not in self.table.positions]
+
+    def __len__(self) -> int:
+        with self.lock:
+            positions = self.table.positions
+            return len(positions) + sum(1 for key in self._metadata if key not in positions)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.table.positions or key in self._metadata
+
+    # -- reading back ----------------------------------------------------------------------
+
+    def read(self, key: str) -> bytes:
+        metadata = self._metadata.get(key)
+        if metadata is not None:
+            return metadata
+        offset, size = self.locate(key)
+        if size == 0:
+            return b""
+        with self.lock:
+            if self.closed:
+                raise ArchiveClosedError("archive is closed", archive=self.name)
+            return self._writer.read_back(offset, size)
+
+    async def read_async(self, key: str) -> bytes:
+        return await run_in_worker(self.read, key)
+
+    def read_into(self, key: str, buffer: memoryview) -> None:
+        buffer[:] = self.read(key)
+
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        whole = self.read(key)
+        return whole[slice(*clipped(start, stop, len(whole)))]
+
+    async def read_range_async(self, key: str, start: int, stop: int) -> bytes:
+        whole = await self.read_async(key)
+        return whole[slice(*clipped(start, stop, len(whole)))]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write(self, key: str, value: bytes | bytearray | memoryview) -> None:
+        validate_key(key, self.name)
+        try:
+            view = memoryview(value)
+        except TypeError as error:
+            raise TypeError(f"{self.name}: record {key!r} must be bytes-like ({error})") from error
+        if not view.c_contiguous:
+            raise ValueError(f"{self.name}: record {key!r} is not a contiguous buffer")
+        payload = view.cast("B")
+        metadata = is_node_metadata_key(key)
+        with self.lock:
+            self._check_writable()
+            if metadata:
+                self._metadata[key] = bytes(payload)
+                return
+            if key in self.table.positions:
+                raise RecordExistsError(
+                    key, f"record {key!r} exists already (records are write-once)", archive=self.name
+                )
+            self._append(key, payload)
+
+    def _check_writable(self) -> None:
+        if self.closed:
+            raise ArchiveClosedError("archive is closed, can't write", archive=self.name)
+        if self._pid != os.getpid():
+            raise ValueError(
+                f"{self.name}: archive opened for writing in process {self._pid} is used in process "
+                f"{os.getpid()}; call reload_resources() first"
+            )
+
+    def _append(self, key: str, payload: bytes | memoryview) -> None:
+        # A node metadata record written by flush() and changed since is appended again:
+        # the key then points to the newer record, the older one stays in the tar unindexed.
+        offset = self._writer.append(key, payload)  # its checksum goes to the table's crcs
+        self.table.append(key, offset, len(payload))
+
+    def _write_metadata(self) -> None:
+        """Appends the node metadata records not written yet in their current version."""
+        for key, payload in self._metadata.items():
+            if self._metadata_written.get(key) != payload:
+                self._append(key, payload)
+                self._metadata_written[key] = payload
+
+    def flush(self) -> None:
+        with self.lock:
+            self._check_writable()
+            self._write_metadata()
+            self._writer.flush()
+
+    def abort(self) -> None:
+        # Also after a failed close (what it kept for recovery goes), never after a publish.
+        with self.lock:
+            if self._published:
+                return
+            self.closed = True
+            self._writer.abort()
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self._check_writable()
+            self.closed = True
+            writer = self._writer
+            try:
+                self._write_metadata()
+                writer.finish(*self.table.live())
+                writer.publish()
+                self._published = True
+            except BaseException:
+                writer.release()  # the partial file stays for recovery
+                raise
+
+    def exit(self, failed: bool) -> None:
+        """The end of a ``with`` block: closes, or (the block failed) publishes nothing. A
+        local archive keeps what it wrote on disk for recovery (the error may well be the
+        data source's, after hours of recording)."""
+        if not failed:
+            self.close()
+            return
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            writer = self._writer
+            with contextlib.suppress(Exception):  # the block's error matters more
+                self._write_metadata()
+                writer.flush()
+            writer.release()
+
+    def reload_resources(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self._writer.reopen()
+            self._pid = os.getpid()
