@@ -388,7 +388,8 @@ def _zarray_document(
             "compressor": None if blosc is None else blosc.get_config(),
             "zarr_format": 2,
         }
-        return json.loads(encode_json(document))  # the document as stored (e.g. lists, not tuples)
+        stored: dict[str, Any] = json.loads(encode_json(document))  # as stored (e.g. lists, not tuples)
+        return stored
 
     template = _templates.get_or_put(key, make)
     assert template is not None
