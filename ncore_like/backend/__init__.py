@@ -2,5 +2,6 @@
 
 from ._backend import Backend
 from ._plan import bytes_like, is_blob, is_bytes_like
+from ._state import ArrayState
 
-__all__ = ["Backend", "bytes_like", "is_blob", "is_bytes_like"]
+__all__ = ["ArrayState", "Backend", "bytes_like", "is_blob", "is_bytes_like"]
