@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._compat import chunk_key, record_size
-from ..nodes import Array, Group
-from ..store import IndexedTarZarrStore
+from ..nodes import Array, Group, IndexedTarZarrStore
 from ._common import (
     add_json_option,
     archive_store,

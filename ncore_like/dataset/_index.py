@@ -24,7 +24,7 @@ from .._concurrency import io_loop, sync
 from ..archive import Location
 from ..archive._cache import CacheOption, RecordCache, as_cache
 from ..archive._ranges import KnownArchive, describe, record_checksums
-from ..store import ArchiveCollection, IndexedTarZarrStore
+from ..nodes import ArchiveCollection, IndexedTarZarrStore
 from ._fields import Blob, Field, FieldLayout, FieldSpec, Rows, SampleNumber, as_field, resolve
 
 if TYPE_CHECKING:

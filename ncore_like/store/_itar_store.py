@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
@@ -82,7 +82,7 @@ class IndexedTarZarrStore(Store):
         self._view_store: ItarZarrStore | None = None
 
     @classmethod
-    def _of_archive(cls, archive: IndexedTarArchive) -> IndexedTarZarrStore:
+    def _of_archive(cls, archive: IndexedTarArchive) -> Self:
         store = cls.__new__(cls)
         store._archive = archive
         Store.__init__(store, ItarZarrStore(archive))
@@ -100,7 +100,7 @@ class IndexedTarZarrStore(Store):
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
-    ) -> IndexedTarZarrStore:
+    ) -> Self:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
         archive = await IndexedTarArchive.open_async(

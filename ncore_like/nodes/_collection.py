@@ -16,17 +16,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, Location, RetryPolicy, is_url
 from ..archive._cache import CacheOption, as_cache
-from ._itar_store import IndexedTarZarrStore
-
-if TYPE_CHECKING:
-    from ..nodes import Group
+from ._group import Group
+from ._stores import IndexedTarZarrStore
 
 __all__ = ["ArchiveCollection"]
 
