@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, RetryPolicy, is_node_metadata_key, read_records
+from ..archive import (
+    IndexedTarArchive,
+    IndexTailRetention,
+    Location,
+    OpenMode,
+    ReadOptions,
+    RetryPolicy,
+    is_node_metadata_key,
+    read_records,
+)
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
@@ -60,19 +69,26 @@ class IndexedTarZarrStore(Store):
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._archive = IndexedTarArchive(
-            itar_path,
-            mode,
-            index_tail_read_size,
-            remote_range_reads,
-            verify_checksums=verify_checksums,
-            checksums=checksums,
-            storage_options=storage_options,
-            cache=cache,
-            retry=retry,
-        )
+        if mode == "r":
+            options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+            self._archive = IndexedTarArchive._reading(Location(itar_path, storage_options), options)
+        else:
+            self._archive = IndexedTarArchive(
+                itar_path, mode, verify_checksums=verify_checksums, checksums=checksums, storage_options=storage_options
+            )
         super().__init__(ItarZarrStore(self._archive))
         self._init_views()
+
+    @classmethod
+    def _reading(cls, location: Location, options: ReadOptions) -> Self:
+        """A store opened for reading with options built once by the caller (a collection's)."""
+        return cls._of_archive(IndexedTarArchive._reading(location, options))
+
+    @classmethod
+    async def _reading_async(cls, location: Location, options: ReadOptions) -> Self:
+        """:meth:`open_async` with options built once by the caller."""
+        keys = (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3)
+        return cls._of_archive(await IndexedTarArchive._reading_async(location, options, prefetch_keys=keys))
 
     def _init_views(self) -> None:
         # Node metadata documents of the consolidated record (once opened from it), and the
@@ -103,17 +119,8 @@ class IndexedTarZarrStore(Store):
     ) -> Self:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
-        archive = await IndexedTarArchive.open_async(
-            itar_path,
-            index_tail_read_size,
-            remote_range_reads,
-            prefetch_keys=(CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3),
-            verify_checksums=verify_checksums,
-            storage_options=storage_options,
-            cache=cache,
-            retry=retry,
-        )
-        return cls._of_archive(archive)
+        options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+        return await cls._reading_async(Location(itar_path, storage_options), options)
 
     @property
     def archive(self) -> IndexedTarArchive:
