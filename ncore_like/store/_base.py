@@ -162,6 +162,11 @@ class Store(ABC):
     def _reading_store(self) -> ZarrStore:
         return reading_store(self._zarr_store)
 
+    def _node_records_store(self) -> ZarrStore:
+        """The store an unconsolidated open reads node metadata from (the node metadata
+        records, never a consolidated record)."""
+        return self._reading_store()
+
     def open_zarr_root_group(self, consolidated: Consolidated = True) -> ZarrGroup:
         """Opens the root group for reading as zarr-python's group (the public stores' typed
         ``open_root_group`` wraps it): ``True`` from the consolidated metadata record alone
@@ -176,7 +181,7 @@ class Store(ABC):
                     f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
                     f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
                 )
-            group: ZarrGroup = open_group(self._reading_store())
+            group: ZarrGroup = open_group(self._node_records_store())
         else:
             zarr_format, data = record
             group = self._open_consolidated(data, zarr_format)

@@ -91,9 +91,11 @@ class IndexedTarZarrStore(Store):
         return cls._of_archive(await IndexedTarArchive._reading_async(location, options, prefetch_keys=keys))
 
     def _init_views(self) -> None:
-        # Node metadata documents of the consolidated record (once opened from it), and the
-        # views of nodes looked up: an archive opened for reading never changes.
+        # Node metadata documents of the consolidated record (once opened from it) or of the
+        # node metadata records (once loaded), and the views of nodes looked up: an archive
+        # opened for reading never changes. The store serves the source of its latest open.
         self._documents: dict[str, Any] | None = None
+        self._consolidated_documents = False
         self._views: dict[tuple[str, int], NodeView | None] = {}
         self._view_store: ItarZarrStore | None = None
 
@@ -171,11 +173,11 @@ class IndexedTarZarrStore(Store):
         per node costs a round trip each. Archives opened for reading; no-op once done, or
         when the hierarchy was opened from its consolidated record."""
         archive = self._archive
-        if archive.mode != "r" or self._documents is not None:
+        if archive.mode != "r" or (self._documents is not None and not self._consolidated_documents):
             return
         keys = [key for key in archive.keys() if is_node_metadata_key(key) and not is_consolidated_metadata_key(key)]
         documents = {key: self._parsed(key, data) for key, data in read_records(archive, keys)}
-        self._documents = documents
+        self._documents, self._consolidated_documents = documents, False
         self._view_store = ItarZarrStore(archive, read_only=True, node_metadata=documents)
         self._views.clear()
 
@@ -183,12 +185,22 @@ class IndexedTarZarrStore(Store):
         # Once the node metadata is loaded, zarr-python reads it from memory too.
         return self._view_store if self._view_store is not None else super()._reading_store()
 
+    def _node_records_store(self) -> ZarrStore:
+        # Opened from the node metadata records: the documents of a consolidated record
+        # opened before are not theirs (they may disagree), so lookups go to the records.
+        if self._consolidated_documents:
+            self._documents, self._view_store, self._consolidated_documents = None, None, False
+            self._views.clear()
+        return self._reading_store()
+
     def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> ZarrGroup:
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
         metadata = decoded_consolidated(record, zarr_format, self.name)
-        self._documents = metadata
+        if self._documents is not metadata:
+            self._views.clear()  # views of another source (node records)
+        self._documents, self._consolidated_documents = metadata, True
         self._view_store = ItarZarrStore(self._archive, read_only=True, node_metadata=metadata)
         return open_group(self._view_store)
 
