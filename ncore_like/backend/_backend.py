@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -31,6 +32,8 @@ from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, ch
 from ._state import ArrayState, RowReader
 
 __all__ = ["Backend"]
+
+logger = logging.getLogger("ncore_like.backend.fallback")
 
 NDArray = np.ndarray[Any, Any]
 
@@ -86,6 +89,20 @@ class Backend:
     def _count(self, path: str) -> None:
         with self._stats_lock:
             self.stats[path] += 1
+
+    def _fallback(self, array: ArraySource, reason: str, state: ArrayState | None) -> None:
+        """Counts a read that zarr-python makes, and logs it (debug; once per array that
+        keeps a state) with the array and why the fast path doesn't apply."""
+        self._count(f"fallback: {reason}")
+        if state is not None:
+            if state.fallback_logged:
+                return
+            state.fallback_logged = True
+        if logger.isEnabledFor(logging.DEBUG):
+            view, archive = array.view, array.archive
+            path = view.path if view is not None else array.zarr.path
+            where = archive.location.name if archive is not None else str(array.zarr.store)
+            logger.debug("%s: array %r is read by zarr-python, not the fast path: %s", where, "/" + path, reason)
 
     # -- planning ------------------------------------------------------------------------
 
@@ -324,7 +341,7 @@ class Backend:
                     return row
         fast = self._fast(array, selection, state)
         if isinstance(fast, str):
-            self._count(f"fallback: {fast}")
+            self._fallback(array, fast, state)
             zarr_array = array.zarr
             return read_selection(zarr_array, selection, selection_kind(zarr_array, selection), out)
         layout, plan = fast
@@ -353,7 +370,7 @@ class Backend:
         decoding runs on worker threads, so gathered reads overlap both."""
         fast = self._fast(array, selection, state)  # planning only: no I/O
         if isinstance(fast, str):
-            self._count(f"fallback: {fast}")
+            self._fallback(array, fast, state)
             zarr_array = array.zarr
             kind = selection_kind(zarr_array, selection)
             # Not on the worker pool: zarr-python's record reads use that pool, and fallback

@@ -38,3 +38,5 @@ class ArrayState:
     row_reader: RowReader | None = None
     #: The number of rows and the shape of one, for arrays with a row reader.
     row_shape: tuple[int, tuple[int, ...]] | None = None
+    #: True once a fallback to zarr-python was logged (once per array, not per read).
+    fallback_logged: bool = False
