@@ -10,9 +10,11 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from tests.support.architecture import (
     ALLOWED,
+    LAYERS,
     REPO,
     Import,
     _imports,
@@ -131,3 +133,21 @@ def test_both_zarr_python_modules_of_the_seam_define_the_same_names() -> None:
     exported2, names2 = defined("zarr2")
     assert exported2 == exported3
     assert set(exported3) <= names3 and set(exported2) <= names2
+
+
+def test_the_layer_numbers_of_the_docstrings_follow_the_enforced_order() -> None:
+    # "Layer N: ..." opens the docstring of a layer's package; numbered from 1 upwards in the
+    # order of ALLOWED (lowest first), so that a docstring never reverses the import order.
+    numbered = []
+    for layer, members in LAYERS.items():
+        for member in members:
+            init = REPO / "ncore_like" / member / "__init__.py"
+            if not init.is_file():
+                continue
+            docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+            found = re.match(r"Layer (\d+):", docstring)
+            if found:
+                numbered.append((layer, int(found.group(1))))
+    assert [layer for layer, _ in numbered] == [layer for layer in ALLOWED if layer in dict(numbered)]
+    assert [number for _, number in numbered] == list(range(1, len(numbered) + 1)), numbered
+    assert dict(numbered) == {"archive": 1, "store": 2, "backend": 3, "nodes": 4}

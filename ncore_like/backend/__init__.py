@@ -1,4 +1,4 @@
-"""Layer 4: the read path of typed arrays (``Backend``)."""
+"""Layer 3: the read path of typed arrays (``Backend``)."""
 
 from ._backend import Backend
 from ._plan import bytes_like, is_blob, is_bytes_like

@@ -1,4 +1,4 @@
-"""Layer 5: the typed API (``Group``, ``Array``, ``EncodedArray``, ``BloscCompression``,
+"""Layer 4: the typed API (``Group``, ``Array``, ``EncodedArray``, ``BloscCompression``,
 ``NodeCache``), and the public stores whose root groups are typed groups (``Store``,
 ``IndexedTarZarrStore``, ``ZarrStoreAdapter``, ``ArchiveCollection``). Verification of whole
 arrays is imported on first use."""

@@ -1,4 +1,4 @@
-"""Layer 3: zarr hierarchies in stores: ``IndexedTarZarrStore`` (a zarr-python store over
+"""Layer 2: zarr hierarchies in stores: ``IndexedTarZarrStore`` (a zarr-python store over
 an archive), ``ZarrStoreAdapter`` (any other zarr-python store) and the compressed
 consolidated metadata records. Their root groups are zarr-python's: the public classes of
 the same names, whose root groups are typed, are composed in :mod:`ncore_like.nodes`.
