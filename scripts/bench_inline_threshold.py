@@ -3,13 +3,13 @@
 Reads a 4-chunk float32 array (blosc lz4) into ``out=`` with two backends side by side:
 one that always decodes on the calling thread, one that always uses the shared worker
 pool; for chunk sizes from 1 KiB to 4 MiB. ``ncore_like._defaults.INLINE_BYTES`` is set
-from where the pool starts to win. Run: ``.venv/bin/python scripts/bench_inline_threshold.py``.
+from where the pool starts to win. Run: ``.venv/bin/python -m scripts.bench_inline_threshold``.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,9 +18,7 @@ import numpy as np
 
 from ncore_like import Array, IndexedTarZarrStore
 from ncore_like.backend import Backend
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-from _benchlib import chunk_key
+from scripts._benchlib import chunk_key
 
 
 def median_read_us(array: Array, out: np.ndarray, repeats: int = 200) -> float:
@@ -33,6 +31,7 @@ def median_read_us(array: Array, out: np.ndarray, repeats: int = 200) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     rng = np.random.default_rng(0)
     print("chunk KiB  stored KiB  inline us  pool us  pool/inline")
     with tempfile.TemporaryDirectory() as folder:

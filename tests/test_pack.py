@@ -43,8 +43,10 @@ def test_pack_copies_a_zarr_directory_verbatim(tmp_path: Path) -> None:
         assert store.archive[chunk] == (source / chunk).read_bytes()
     # Progress counted every record of the zarr store once.
     assert {step for step, _, _ in seen} == {"copy"}
-    assert sum(advance for _, advance, _ in seen) == seen[-1][2] == len(
-        [path for path in source.rglob("*") if path.is_file()]
+    assert (
+        sum(advance for _, advance, _ in seen)
+        == seen[-1][2]
+        == len([path for path in source.rglob("*") if path.is_file()])
     )
 
 
@@ -52,9 +54,7 @@ def test_pack_re_encodes_when_asked(tmp_path: Path) -> None:
     source = write_source(tmp_path / "scene.zarr")
     dest = tmp_path / "scene.itar"
     steps: list[str] = []
-    result = ncore_like.pack(
-        source, dest, compression="zstd:3", progress=lambda step, *_: steps.append(step)
-    )
+    result = ncore_like.pack(source, dest, compression="zstd:3", progress=lambda step, *_: steps.append(step))
     assert not result.verbatim and result.zarr_format == 2 and result.compression == "zstd:3"
     assert set(steps) == {"encode"}
     with IndexedTarZarrStore(dest) as store:

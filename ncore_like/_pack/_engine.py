@@ -21,9 +21,8 @@ from .._concurrency import default_workers, ordered_map
 from .._signals import deferred_signals
 from ..archive import IndexedTarArchive, Location, error_detail, scan_records, verify_archive
 from ..errors import ArchiveExistsError
-from ..nodes import Array, BloscCompression, EncodedArray, Group
+from ..nodes import Array, BloscCompression, EncodedArray, Group, IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ..nodes._compression import describe_codecs
-from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._carry import carried_over
 from ._hierarchy import (
     ROOT_METADATA_KEYS,

@@ -10,9 +10,8 @@ from typing import Literal
 from ..archive import IndexedTarArchive
 from ..backend import is_blob as _is_blob
 from ..errors import ArchiveFormatError
-from ..nodes import Array, Group
+from ..nodes import Array, Group, IndexedTarZarrStore, Store
 from ..nodes._compression import describe_codecs
-from ..store import IndexedTarZarrStore, Store
 
 __all__ = [
     "ROOT_METADATA_KEYS",

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ..archive import Location, error_detail, is_url
 from ..errors import NcoreLikeError
-from ..store import IndexedTarZarrStore
+from ..nodes import IndexedTarZarrStore
 
 __all__ = [
     "EXPECTED_ERRORS",

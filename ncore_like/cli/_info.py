@@ -7,8 +7,7 @@ from typing import Any
 
 from .._pack._hierarchy import consolidated_keys, is_blob, open_root, root_zarr_format, walk
 from ..archive._format import INDEX_TYPE_CBOR_XZ
-from ..nodes import Group
-from ..store import IndexedTarZarrStore
+from ..nodes import Group, IndexedTarZarrStore
 from ._common import add_json_option, archive_store, format_bytes, print_json
 
 __all__ = ["FORMAT", "archive_info", "register", "run"]

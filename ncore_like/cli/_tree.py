@@ -12,8 +12,7 @@ from typing import Any
 
 from .._compat import chunk_key, record_size
 from .._pack._hierarchy import blob_size, compression_label, is_blob, is_variable_length, open_root
-from ..nodes import Array, Group
-from ..store import IndexedTarZarrStore
+from ..nodes import Array, Group, IndexedTarZarrStore
 from ._common import (
     add_json_option,
     archive_store,

@@ -5,11 +5,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, RetryPolicy, is_node_metadata_key, read_records
+from ..archive import (
+    IndexedTarArchive,
+    IndexTailRetention,
+    Location,
+    OpenMode,
+    ReadOptions,
+    RetryPolicy,
+    is_node_metadata_key,
+    read_records,
+)
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Store
@@ -61,30 +70,43 @@ class IndexedTarZarrStore(Store):
         retry: RetryPolicy | None = None,
         durable: bool = True,
     ) -> None:
-        self._archive = IndexedTarArchive(
-            itar_path,
-            mode,
-            index_tail_read_size,
-            remote_range_reads,
-            verify_checksums=verify_checksums,
-            checksums=checksums,
-            storage_options=storage_options,
-            cache=cache,
-            retry=retry,
-            durable=durable,
-        )
+        if mode == "r":
+            options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+            self._archive = IndexedTarArchive._reading(Location(itar_path, storage_options), options)
+        else:
+            self._archive = IndexedTarArchive(
+                itar_path,
+                mode,
+                verify_checksums=verify_checksums,
+                checksums=checksums,
+                storage_options=storage_options,
+                durable=durable,
+            )
         super().__init__(ItarZarrStore(self._archive))
         self._init_views()
 
+    @classmethod
+    def _reading(cls, location: Location, options: ReadOptions) -> Self:
+        """A store opened for reading with options built once by the caller (a collection's)."""
+        return cls._of_archive(IndexedTarArchive._reading(location, options))
+
+    @classmethod
+    async def _reading_async(cls, location: Location, options: ReadOptions) -> Self:
+        """:meth:`open_async` with options built once by the caller."""
+        keys = (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3)
+        return cls._of_archive(await IndexedTarArchive._reading_async(location, options, prefetch_keys=keys))
+
     def _init_views(self) -> None:
-        # Node metadata documents of the consolidated record (once opened from it), and the
-        # views of nodes looked up: an archive opened for reading never changes.
+        # Node metadata documents of the consolidated record (once opened from it) or of the
+        # node metadata records (once loaded), and the views of nodes looked up: an archive
+        # opened for reading never changes. The store serves the source of its latest open.
         self._documents: dict[str, Any] | None = None
+        self._consolidated_documents = False
         self._views: dict[tuple[str, int], NodeView | None] = {}
         self._view_store: ItarZarrStore | None = None
 
     @classmethod
-    def _of_archive(cls, archive: IndexedTarArchive) -> IndexedTarZarrStore:
+    def _of_archive(cls, archive: IndexedTarArchive) -> Self:
         store = cls.__new__(cls)
         store._archive = archive
         Store.__init__(store, ItarZarrStore(archive))
@@ -102,20 +124,11 @@ class IndexedTarZarrStore(Store):
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
-    ) -> IndexedTarZarrStore:
+    ) -> Self:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
-        archive = await IndexedTarArchive.open_async(
-            itar_path,
-            index_tail_read_size,
-            remote_range_reads,
-            prefetch_keys=(CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3),
-            verify_checksums=verify_checksums,
-            storage_options=storage_options,
-            cache=cache,
-            retry=retry,
-        )
-        return cls._of_archive(archive)
+        options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+        return await cls._reading_async(Location(itar_path, storage_options), options)
 
     @property
     def archive(self) -> IndexedTarArchive:
@@ -166,11 +179,11 @@ class IndexedTarZarrStore(Store):
         per node costs a round trip each. Archives opened for reading; no-op once done, or
         when the hierarchy was opened from its consolidated record."""
         archive = self._archive
-        if archive.mode != "r" or self._documents is not None:
+        if archive.mode != "r" or (self._documents is not None and not self._consolidated_documents):
             return
         keys = [key for key in archive.keys() if is_node_metadata_key(key) and not is_consolidated_metadata_key(key)]
         documents = {key: self._parsed(key, data) for key, data in read_records(archive, keys)}
-        self._documents = documents
+        self._documents, self._consolidated_documents = documents, False
         self._view_store = ItarZarrStore(archive, read_only=True, node_metadata=documents)
         self._views.clear()
 
@@ -178,12 +191,22 @@ class IndexedTarZarrStore(Store):
         # Once the node metadata is loaded, zarr-python reads it from memory too.
         return self._view_store if self._view_store is not None else super()._reading_store()
 
+    def _node_records_store(self) -> ZarrStore:
+        # Opened from the node metadata records: the documents of a consolidated record
+        # opened before are not theirs (they may disagree), so lookups go to the records.
+        if self._consolidated_documents:
+            self._documents, self._view_store, self._consolidated_documents = None, None, False
+            self._views.clear()
+        return self._reading_store()
+
     def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> ZarrGroup:
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
         metadata = decoded_consolidated(record, zarr_format, self.name)
-        self._documents = metadata
+        if self._documents is not metadata:
+            self._views.clear()  # views of another source (node records)
+        self._documents, self._consolidated_documents = metadata, True
         self._view_store = ItarZarrStore(self._archive, read_only=True, node_metadata=metadata)
         return open_group(self._view_store)
 
