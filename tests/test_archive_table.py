@@ -125,12 +125,16 @@ def test_index_and_table_stay_within_twice_the_size_of_the_index_with_checksums(
     assert now <= 2 * old_size
 
 
-def test_a_damaged_table_falls_back_to_the_xz_index(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("where", ["zlib stream", "checksum list"])
+def test_a_damaged_table_falls_back_to_the_xz_index(
+    where: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     records = sample()
     write(tmp_path / "a.itar", records)
     raw = bytearray((tmp_path / "a.itar").read_bytes())
     pointer = pointer_of(bytes(raw))
-    raw[pointer.offset + pointer.size // 2] ^= 0x10
+    # The middle of the table is in its zlib stream, its last byte the last record's CRC32C.
+    raw[pointer.offset + (pointer.size // 2 if where == "zlib stream" else pointer.size - 1)] ^= 0x10
     (tmp_path / "b.itar").write_bytes(raw)
     with caplog.at_level(logging.WARNING, logger="ncore_like.archive.index"):
         archive = IndexedTarArchive(tmp_path / "b.itar")
