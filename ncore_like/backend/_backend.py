@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import read_selection, selection_kind, selection_shape
+from .. import _compat
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from ..store._metadata import ChunkKeys
@@ -104,7 +104,7 @@ class Backend:
         if not isinstance(fast, str):
             return fast[1].shape
         zarr_array = array.zarr
-        return selection_shape(zarr_array, selection, selection_kind(zarr_array, selection))
+        return _compat.selection_shape(zarr_array, selection, _compat.selection_kind(zarr_array, selection))
 
     def _fast(
         self, array: ArraySource, selection: Any, memo: dict[str, Any] | None
@@ -327,7 +327,7 @@ class Backend:
         if isinstance(fast, str):
             self._count(f"fallback: {fast}")
             zarr_array = array.zarr
-            return read_selection(zarr_array, selection, selection_kind(zarr_array, selection), out)
+            return _compat.read_selection(zarr_array, selection, _compat.selection_kind(zarr_array, selection), out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)
@@ -356,10 +356,10 @@ class Backend:
         if isinstance(fast, str):
             self._count(f"fallback: {fast}")
             zarr_array = array.zarr
-            kind = selection_kind(zarr_array, selection)
+            kind = _compat.selection_kind(zarr_array, selection)
             # Not on the worker pool: zarr-python's record reads use that pool, and fallback
             # reads occupying it while they wait for them would starve it.
-            return await asyncio.to_thread(read_selection, zarr_array, selection, kind, out)
+            return await asyncio.to_thread(_compat.read_selection, zarr_array, selection, kind, out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)

@@ -21,18 +21,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .._compat import (
-    ZarrArray,
-    array_zarr_format,
-    blosc_compressor,
-    chunk_key,
-    chunk_key_parts,
-    chunk_projections,
-    raw_chunk_layout,
-    selection_kind,
-)
+from .. import _compat
 from ..archive import IndexedTarArchive
-from ..store import ItarZarrStore
+from ..store import is_itar_zarr_store
 from ..store._metadata import ArrayView, ChunkKeys
 
 __all__ = [
@@ -63,10 +54,10 @@ class ArraySource(Protocol):
     def archive(self) -> IndexedTarArchive | None: ...
 
     @property
-    def zarr(self) -> ZarrArray: ...
+    def zarr(self) -> _compat.ZarrArray: ...
 
 
-def is_bytes_like(array: ZarrArray) -> bool:
+def is_bytes_like(array: _compat.ZarrArray) -> bool:
     """True for arrays whose values are a byte string: 0-dimensional fixed-length bytes, or
     one-dimensional ``uint8`` (what :meth:`~ncore_like.Array.read_bytes` reads)."""
     return bytes_like(tuple(array.shape), np.dtype(array.dtype))
@@ -77,7 +68,7 @@ def bytes_like(shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
     return (not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)
 
 
-def is_blob(array: ZarrArray) -> bool:
+def is_blob(array: _compat.ZarrArray) -> bool:
     """True for binary blobs as :meth:`~ncore_like.Group.create_bytes_array` stores them: in
     zarr format 2 a 0-dimensional fixed-length bytes array, in format 3 (which has no
     fixed-length bytes) a one-dimensional ``uint8`` array stored as one uncompressed chunk.
@@ -87,9 +78,9 @@ def is_blob(array: ZarrArray) -> bool:
         return False
     if array.ndim == 0:
         return True
-    if array_zarr_format(array) != 3 or array.chunks[0] < array.shape[0]:
+    if _compat.array_zarr_format(array) != 3 or array.chunks[0] < array.shape[0]:
         return False
-    return blosc_compressor(array) is None
+    return _compat.blosc_compressor(array) is None
 
 
 @dataclass(frozen=True)
@@ -172,16 +163,16 @@ def chunk_layout(source: ArraySource) -> ChunkLayout | str:
         )
     array = source.zarr
     store = array.store
-    if not isinstance(store, ItarZarrStore):
+    if not is_itar_zarr_store(store):
         return "store is not an indexed tar archive"
     archive = store.archive
     if archive.mode != "r":
         return "archive is opened for writing"
-    layout = raw_chunk_layout(array)
+    layout = _compat.raw_chunk_layout(array)
     if isinstance(layout, str):
         return layout
     stored_dtype, chunk_shape = layout
-    compression = blosc_compressor(array)
+    compression = _compat.blosc_compressor(array)
     if compression == "other":
         return "codecs other than one Blosc compressor"
     if stored_dtype.hasobject or stored_dtype.kind in "OUTV" or stored_dtype.itemsize == 0:
@@ -198,11 +189,11 @@ def chunk_layout(source: ArraySource) -> ChunkLayout | str:
     )
 
 
-def _chunk_keys(array: ZarrArray) -> Callable[[tuple[int, ...]], str]:
+def _chunk_keys(array: _compat.ZarrArray) -> Callable[[tuple[int, ...]], str]:
     """The chunk keys of a zarr-python array, without zarr-python's per-call machinery for
     the standard encodings."""
-    parts = chunk_key_parts(array)
-    return ChunkKeys(*parts) if parts is not None else functools.partial(chunk_key, array)
+    parts = _compat.chunk_key_parts(array)
+    return ChunkKeys(*parts) if parts is not None else functools.partial(_compat.chunk_key, array)
 
 
 def _full_chunk(chunk_selection: Any, chunk_shape: tuple[int, ...]) -> bool:
@@ -433,14 +424,14 @@ def plan_read(source: ArraySource, layout: ChunkLayout, selection: Any) -> ReadP
     return plan_with_zarr(source.zarr, layout, selection)
 
 
-def plan_with_zarr(array: ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
+def plan_with_zarr(array: _compat.ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
     """:func:`plan_read` through zarr-python's indexers (any selection it takes)."""
-    kind = selection_kind(array, selection)
+    kind = _compat.selection_kind(array, selection)
     if kind == "fancy":
         if array.ndim != 1:
             return "coordinate or mask selection"
         kind = "orthogonal"  # in one dimension, coordinates and masks select orthogonally
-    shape, projections, drop_axes = chunk_projections(array, selection, kind)
+    shape, projections, drop_axes = _compat.chunk_projections(array, selection, kind)
     tasks = [
         _task(
             layout,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import chunk_key
+from .. import _compat
 from ..archive import IndexedTarArchive, is_node_metadata_key
 from ..nodes import Array, Selection
 from ._common import CommandError, add_quiet_option, archive_store, close_matches, describe_error, progress
@@ -115,7 +115,7 @@ def _raw_blob_key(array: Array, archive: IndexedTarArchive) -> str | None:
             return None
     except ValueError:  # codecs the typed API doesn't name: not raw
         return None
-    key = chunk_key(array.zarr, (0,) * len(array.shape))
+    key = _compat.chunk_key(array.zarr, (0,) * len(array.shape))
     record = archive.records.get(key)
     return key if record is not None and record.size == blob_size(array) else None
 

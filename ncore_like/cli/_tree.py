@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._compat import chunk_key, record_size
+from .. import _compat
 from ..nodes import Array, Group
 from ..store import IndexedTarZarrStore
 from ._common import (
@@ -72,7 +72,7 @@ def record_size_lookup(group: Group) -> RecordSize:
 
         return archive_size
     zarr_store = group.zarr.store
-    return lambda key: record_size(zarr_store, key)
+    return lambda key: _compat.record_size(zarr_store, key)
 
 
 def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
@@ -80,7 +80,7 @@ def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
     stored = count = total = 0
     for coords in itertools.product(*(range(n) for n in array.zarr.cdata_shape)):
         total += 1
-        size = record_size(chunk_key(array.zarr, coords))
+        size = record_size(_compat.chunk_key(array.zarr, coords))
         if size is not None:
             stored += size
             count += 1

@@ -5,32 +5,27 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from types import EllipsisType
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from .._compat import (
-    ZarrArray,
-    ZarrStore,
-    array_document,
-    array_zarr_format,
-    blosc_compressor,
-    chunk_key,
-    raw_chunk_layout,
-    record_exists,
-    touched_chunk_keys,
-    write_basic_selection,
-    write_record,
-)
+from .. import _compat
 from ..archive import IndexedTarArchive
 from ..backend import Backend, bytes_like
 from ..errors import ReadOnlyError, RecordExistsError
-from ..store import IndexedTarZarrStore, ItarZarrStore, Store
+from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._metadata import ArrayView, codecs_of, dimension_names_of
 from ._compression import BloscCompression, describe_codecs
 from ._encoding import chunk_regions, encode_chunk
 from ._node import Node
+
+if TYPE_CHECKING:
+    from .._compat import ZarrArray
+
+    _ArrayNode = Node[ZarrArray]
+else:
+    _ArrayNode = Node  # zarr-python's class by name only: imported when a node needs it
 
 __all__ = ["Array", "Selection"]
 
@@ -110,7 +105,7 @@ def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple
     return tuple(positive), flips
 
 
-class Array(Node[ZarrArray]):
+class Array(_ArrayNode):
     """An array of a zarr hierarchy.
 
     Reads return read-only numpy arrays (complete reads of arrays stored as one
@@ -120,7 +115,7 @@ class Array(Node[ZarrArray]):
 
     def __init__(
         self,
-        array: ZarrArray | None,
+        array: _compat.ZarrArray | None,
         backend: Backend | None = None,
         *,
         view: ArrayView | None = None,
@@ -238,7 +233,7 @@ class Array(Node[ZarrArray]):
     def compression(self) -> BloscCompression | None:
         """The Blosc compression of the chunks (None if uncompressed; ValueError for other
         compressors or filters, whose chain :attr:`codecs` lists)."""
-        compressor = blosc_compressor(self.zarr)
+        compressor = _compat.blosc_compressor(self.zarr)
         if compressor == "other":
             raise ValueError(
                 f"array {self.path!r} uses codecs other than one Blosc compressor ({describe_codecs(self.codecs)}); "
@@ -251,11 +246,11 @@ class Array(Node[ZarrArray]):
     def _document(self) -> Mapping[str, Any]:
         """The metadata document (v2: ``.zarray`` plus ``"attributes"``; v3: ``zarr.json``)."""
         view = self._view
-        return view.document if view is not None else array_document(self.zarr)
+        return view.document if view is not None else _compat.array_document(self.zarr)
 
     def _zarr_format(self) -> Literal[2, 3]:
         view = self._view
-        return view.zarr_format if view is not None else array_zarr_format(self.zarr)
+        return view.zarr_format if view is not None else _compat.array_zarr_format(self.zarr)
 
     @property
     def codecs(self) -> tuple[dict[str, Any], ...]:
@@ -398,14 +393,14 @@ class Array(Node[ZarrArray]):
         # rejected write changes nothing (zarr-python writes the chunks of a selection
         # concurrently).
         if self._write_once():
-            for key in touched_chunk_keys(self.zarr, selection):
-                if record_exists(self.zarr.store, key):
+            for key in _compat.touched_chunk_keys(self.zarr, selection):
+                if _compat.record_exists(self.zarr.store, key):
                     raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
-        write_basic_selection(self.zarr, selection, data)
+        _compat.write_basic_selection(self.zarr, selection, data)
 
     def _write_once(self) -> bool:
         """True if the array's records can't be rewritten (archives)."""
-        return isinstance(self._record_store(), ItarZarrStore)
+        return is_itar_zarr_store(self._record_store())
 
     def _blob_record_key(self) -> str | None:
         """The key of the record that is this blob (stored by :meth:`Group.create_bytes_array`:
@@ -421,16 +416,16 @@ class Array(Node[ZarrArray]):
 
     # -- writing records -----------------------------------------------------------------
 
-    def _record_store(self) -> ZarrStore:
+    def _record_store(self) -> _compat.ZarrStore:
         """The zarr-python store the array's records are written to."""
         return self._store.zarr if self._store is not None else self.zarr.store
 
     def _chunk_key(self, coords: tuple[int, ...]) -> str:
         view = self._view
-        return view.chunk_key(coords) if view is not None else chunk_key(self.zarr, coords)  # type: ignore[union-attr]
+        return view.chunk_key(coords) if view is not None else _compat.chunk_key(self.zarr, coords)  # type: ignore[union-attr]
 
     def _write_chunk_record(self, coords: tuple[int, ...], record: bytes | memoryview) -> None:
-        write_record(self._record_store(), self._chunk_key(coords), record)
+        _compat.write_record(self._record_store(), self._chunk_key(coords), record)
 
     def _write_chunk_records(self, records: Sequence[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
         """Stores chunk records; in an archive, chunks written already are found before
@@ -438,10 +433,10 @@ class Array(Node[ZarrArray]):
         store = self._record_store()
         keys = [self._chunk_key(coords) for coords, _ in records]
         for key in keys if self._write_once() else ():
-            if record_exists(store, key):
+            if _compat.record_exists(store, key):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
         for key, (_, record) in zip(keys, records, strict=True):
-            write_record(store, key, record)
+            _compat.write_record(store, key, record)
 
     def _chunk_writer(self) -> _ChunkWriter | None:
         """How whole chunks of this array are encoded, None if zarr-python must do it (codecs
@@ -458,8 +453,8 @@ class Array(Node[ZarrArray]):
                 blosc = view.blosc
                 compression = None if blosc is None else BloscCompression.from_config(blosc)
                 return _ChunkWriter(view.stored_dtype, view.chunks, compression, view.fill_value)
-            layout = raw_chunk_layout(self.zarr)
-            compressor = blosc_compressor(self.zarr)
+            layout = _compat.raw_chunk_layout(self.zarr)
+            compressor = _compat.blosc_compressor(self.zarr)
             fill = self.zarr.fill_value
             if isinstance(layout, str) or compressor == "other" or fill is None:
                 return None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
-from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
+from .. import _compat
 from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, RetryPolicy, is_node_metadata_key, read_records
 from ..archive._cache import CacheOption
@@ -21,11 +22,11 @@ from ._consolidated import (
     is_consolidated_metadata_key,
 )
 from ._metadata import ArrayView, GroupView, NodeView, parse_node
-from ._references import archive_references
-from ._zarr_store import ItarZarrStore
 
 if TYPE_CHECKING:
     from upath import UPath
+
+    from ._zarr_store import ItarZarrStore
 
 __all__ = ["IndexedTarZarrStore"]
 
@@ -71,8 +72,13 @@ class IndexedTarZarrStore(Store):
             cache=cache,
             retry=retry,
         )
-        super().__init__(ItarZarrStore(self._archive))
+        super().__init__()
         self._init_views()
+
+    def _make_zarr_store(self) -> _compat.ZarrStore:
+        from ._zarr_store import ItarZarrStore  # zarr-python: imported when first needed
+
+        return ItarZarrStore(self._archive)
 
     def _init_views(self) -> None:
         # Node metadata documents of the consolidated record (once opened from it), and the
@@ -85,7 +91,7 @@ class IndexedTarZarrStore(Store):
     def _of_archive(cls, archive: IndexedTarArchive) -> IndexedTarZarrStore:
         store = cls.__new__(cls)
         store._archive = archive
-        Store.__init__(store, ItarZarrStore(archive))
+        Store.__init__(store)
         store._init_views()
         return store
 
@@ -124,6 +130,10 @@ class IndexedTarZarrStore(Store):
     def name(self) -> str:
         return self._archive.location.name
 
+    @property
+    def read_only(self) -> bool:
+        return self._archive.mode == "r"
+
     def close(self) -> None:
         """Closes the store: when writing, appends the node metadata records and the index."""
         super().close()
@@ -150,6 +160,8 @@ class IndexedTarZarrStore(Store):
         zarr-python and xarray read the hierarchy through fsspec's ``reference://``
         filesystem without ncore_like. ``url``: where the chunks are read from (default: the
         archive's location), e.g. where the archive will be published."""
+        from ._references import archive_references  # zarr-python's store: imported with it
+
         return archive_references(self._archive, url)
 
     def release_index_tail(self, retention: IndexTailRetention, *, consolidated: bool) -> None:
@@ -169,21 +181,21 @@ class IndexedTarZarrStore(Store):
         keys = [key for key in archive.keys() if is_node_metadata_key(key) and not is_consolidated_metadata_key(key)]
         documents = {key: self._parsed(key, data) for key, data in read_records(archive, keys)}
         self._documents = documents
-        self._view_store = ItarZarrStore(archive, read_only=True, node_metadata=documents)
+        self._view_store = _zarr_store(archive, node_metadata=documents)
         self._views.clear()
 
-    def _reading_store(self) -> ZarrStore:
+    def _reading_store(self) -> _compat.ZarrStore:
         # Once the node metadata is loaded, zarr-python reads it from memory too.
         return self._view_store if self._view_store is not None else super()._reading_store()
 
-    def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> ZarrGroup:
+    def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> _compat.ZarrGroup:
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
         metadata = decoded_consolidated(record, zarr_format, self.name)
         self._documents = metadata
-        self._view_store = ItarZarrStore(self._archive, read_only=True, node_metadata=metadata)
-        return open_group(self._view_store)
+        self._view_store = _zarr_store(self._archive, node_metadata=metadata)
+        return _compat.open_group(self._view_store)
 
     # -- node views (the typed layer's lookups, without zarr-python) -----------------------
 
@@ -234,15 +246,15 @@ class IndexedTarZarrStore(Store):
         documents = self._documents
         return None if documents is None else sorted(child_nodes(documents, path))
 
-    def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
+    def zarr_node(self, view: NodeView) -> _compat.ZarrArray | _compat.ZarrGroup:
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""
         if self._archive.mode == "w":  # arrays created in this store
             return super().zarr_node(view)
-        store = self._view_store or ItarZarrStore(self._archive, read_only=True)
+        store = self._view_store or _zarr_store(self._archive)
         if isinstance(view, ArrayView):
-            return array_from_document(store, view.path, dict(view.document))
+            return _compat.array_from_document(store, view.path, dict(view.document))
         assert isinstance(view, GroupView)
-        return group_from_document(store, view.path, dict(view.document))
+        return _compat.group_from_document(store, view.path, dict(view.document))
 
     # Records are read straight from the archive: no hop through zarr's event loop.
     def _read_record(self, key: str) -> bytes | None:
@@ -260,8 +272,22 @@ class IndexedTarZarrStore(Store):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._archive = state["archive"]
-        Store.__init__(self, ItarZarrStore(self._archive))
+        Store.__init__(self)
         self._init_views()
 
     def __repr__(self) -> str:
         return f"IndexedTarZarrStore({self.name!r}, mode={self._archive.mode!r})"
+
+
+def _zarr_store(archive: IndexedTarArchive, node_metadata: dict[str, Any] | None = None) -> ItarZarrStore:
+    """A read-only zarr-python store of ``archive`` (serving ``node_metadata`` if given)."""
+    from ._zarr_store import ItarZarrStore  # zarr-python: imported when first needed
+
+    return ItarZarrStore(archive, read_only=True, node_metadata=node_metadata)
+
+
+def is_itar_zarr_store(store: object) -> TypeGuard[ItarZarrStore]:
+    """True for the zarr-python store of an archive, without importing zarr-python (none can
+    exist before its module was imported)."""
+    module = sys.modules.get("ncore_like.store._zarr_store")
+    return module is not None and isinstance(store, module.ItarZarrStore)
