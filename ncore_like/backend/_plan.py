@@ -5,7 +5,8 @@ Blosc-compressed C-order elements in an indexed tar archive) and names the reaso
 doesn't; :func:`plan_read` maps a selection to one :class:`ChunkTask` per touched chunk.
 Ints, unit-step slices and Ellipsis (the selections of most reads: a row, a frame, a
 block) are planned directly from the chunk layout (:func:`plan_basic`), which costs a few
-microseconds instead of zarr-python's indexer machinery; anything else, and every invalid
+microseconds instead of zarr-python's indexer machinery; selections come canonical
+(:func:`~._selection.canonical`: every integer an ``int``); anything else, and every invalid
 selection, goes through zarr-python's own indexers, so selections mean (and fail) exactly as
 in zarr-python.
 """
@@ -25,6 +26,7 @@ from .. import _compat
 from ..archive import IndexedTarArchive
 from ..store import is_itar_zarr_store
 from ..store._metadata import ArrayView, ChunkKeys
+from ._selection import Dim, basic_dims, canonical
 
 __all__ = [
     "ArraySource",
@@ -209,7 +211,6 @@ def _full_chunk(chunk_selection: Any, chunk_shape: tuple[int, ...]) -> bool:
     return True
 
 
-_Dim = int | tuple[int, int]  # an index, or the [start, stop) of a unit-step slice
 # Per chunk and dimension: chunk index, selection in the chunk, selection in the output
 # (None where an index drops the dimension), whether the whole chunk is taken.
 _Entry = tuple[int, Any, Any, bool]
@@ -226,45 +227,13 @@ def _task(
     )
 
 
-def _basic_dims(selection: Any, shape: tuple[int, ...]) -> list[_Dim] | None:
-    """Per dimension, the index or the ``[start, stop)`` a selection of ints, unit-step
-    slices and at most one Ellipsis takes; None for anything else or anything invalid
-    (zarr-python's indexers then plan it, or raise its error)."""
-    items = selection if type(selection) is tuple else (selection,)
-    ndim = len(shape)
-    ellipses = [position for position, item in enumerate(items) if item is Ellipsis]
-    if ellipses:
-        at = ellipses[0]
-        fill = ndim - len(items) + 1
-        if fill < 0 or len(ellipses) > 1:
-            return None
-        items = items[:at] + (slice(None),) * fill + items[at + 1 :]
-    elif len(items) < ndim:
-        items = items + (slice(None),) * (ndim - len(items))
-    if len(items) != ndim:
-        return None
-    dims: list[_Dim] = []
-    for item, size in zip(items, shape, strict=True):
-        if type(item) is int or isinstance(item, np.integer):  # bool (an int) is excluded
-            index = int(item) + size if item < 0 else int(item)
-            if not 0 <= index < size:
-                return None
-            dims.append(index)
-        elif type(item) is slice and item.step in (None, 1):
-            start, stop, _ = item.indices(size)
-            dims.append((start, max(start, stop)))
-        else:
-            return None
-    return dims
-
-
 def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     """The plan of a selection of ints, unit-step slices and Ellipsis, made from the chunk
     layout alone (the same tasks as zarr-python's basic indexer); None for other
     selections."""
     if type(selection) is int and layout.row_rest is not None:
         return _plan_row(layout, selection)
-    dims = _basic_dims(selection, layout.shape)
+    dims = basic_dims(selection, layout.shape)
     if dims is None:
         return None
     chunk_shape = layout.chunk_shape
@@ -290,7 +259,7 @@ def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     return ReadPlan(shape, tasks, ())
 
 
-def _slice_entries(dim: _Dim, chunk: int) -> list[_Entry]:
+def _slice_entries(dim: Dim, chunk: int) -> list[_Entry]:
     """The chunks a ``[start, stop)`` range of one dimension touches, as plan entries."""
     start, stop = dim  # type: ignore[misc]
     entries: list[_Entry] = []
@@ -319,14 +288,14 @@ def _plan_row(layout: ChunkLayout, index: int) -> ReadPlan | None:
     return ReadPlan(shape, [_task(layout, coords, (index - first * chunk, *chunk_selection), out_selection, full)], ())
 
 
-def _within_one_chunk(dim: _Dim, chunk: int) -> bool:
+def _within_one_chunk(dim: Dim, chunk: int) -> bool:
     if type(dim) is int:
         return True
     start, stop = dim  # type: ignore[misc]
     return bool(start < stop and start // chunk == (stop - 1) // chunk)
 
 
-def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim]) -> ReadPlan:
+def _plan_one_chunk(layout: ChunkLayout, dims: list[Dim]) -> ReadPlan:
     """:func:`plan_basic` of a selection within one chunk (a row, a frame): the common case,
     written out."""
     coords = []
@@ -367,7 +336,7 @@ def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
         return None
     if indices.ndim != 1 or indices.dtype.kind not in "iu" or not len(indices):
         return None
-    rest = _basic_dims((slice(None), *items[1:]), layout.shape)
+    rest = basic_dims((slice(None), *items[1:]), layout.shape)
     if rest is None or not all(type(dim) is tuple for dim in rest[1:]):
         return None
     size, chunk = layout.shape[0], layout.chunk_shape[0]
@@ -415,6 +384,7 @@ def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
 def plan_read(source: ArraySource, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
     """The chunk tasks of ``array[selection]``, or why the fast path doesn't take the
     selection (zarr-python's errors for invalid selections)."""
+    selection = canonical(selection)
     basic = plan_basic(layout, selection)
     if basic is not None:
         return basic
