@@ -28,6 +28,7 @@ from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from ..store._metadata import ChunkKeys
 from ._decode import decode_into, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
+from ._selection import canonical
 
 __all__ = ["Backend"]
 
@@ -94,6 +95,7 @@ class Backend:
         """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
         from the fast path's plan where there is one, which the read of the same selection
         then uses too."""
+        selection = canonical(selection)
         if type(selection) is int and memo is not None:
             if "row_reader" not in memo:
                 self._rows(array, memo)
@@ -317,6 +319,8 @@ class Backend:
         ``memo`` is a dictionary the caller keeps per array (e.g. :class:`~ncore_like.Array`
         does): the backend keeps what it learnt about the array there between reads.
         """
+        if type(selection) is not int:  # numpy integers, 0-d arrays, 1-tuples: ints from here on
+            selection = canonical(selection)
         if type(selection) is int and memo is not None:
             reader = self._rows(array, memo)
             if reader is not None:
@@ -352,6 +356,7 @@ class Backend:
     ) -> NDArray:
         """:meth:`read` without blocking the running loop: remote requests are awaited,
         decoding runs on worker threads, so gathered reads overlap both."""
+        selection = canonical(selection)
         fast = self._fast(array, selection, memo)  # planning only: no I/O
         if isinstance(fast, str):
             self._count(f"fallback: {fast}")

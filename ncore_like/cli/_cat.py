@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _compat
 from ..archive import IndexedTarArchive, is_node_metadata_key
 from ..nodes import Array, Selection
+from ..nodes._array import chunk_key_of
 from ._common import CommandError, add_quiet_option, archive_store, close_matches, describe_error, progress
 from ._hierarchy import blob_size, has_hierarchy, is_blob, is_variable_length, open_root
 
@@ -115,7 +115,7 @@ def _raw_blob_key(array: Array, archive: IndexedTarArchive) -> str | None:
             return None
     except ValueError:  # codecs the typed API doesn't name: not raw
         return None
-    key = _compat.chunk_key(array.zarr, (0,) * len(array.shape))
+    key = chunk_key_of(array, (0,) * len(array.shape))
     record = archive.records.get(key)
     return key if record is not None and record.size == blob_size(array) else None
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import _compat
 from ..nodes import Array, Group
+from ..nodes._array import chunk_key_of
 from ..store import IndexedTarZarrStore
 from ._common import (
     add_json_option,
@@ -78,9 +79,10 @@ def record_size_lookup(group: Group) -> RecordSize:
 def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
     """The summary of an array, its stored size from the sizes of its chunk records."""
     stored = count = total = 0
-    for coords in itertools.product(*(range(n) for n in array.zarr.cdata_shape)):
+    grid = (math.ceil(size / chunk) for size, chunk in zip(array.shape, array.chunks, strict=True))
+    for coords in itertools.product(*(range(n) for n in grid)):
         total += 1
-        size = record_size(_compat.chunk_key(array.zarr, coords))
+        size = record_size(chunk_key_of(array, coords))
         if size is not None:
             stored += size
             count += 1

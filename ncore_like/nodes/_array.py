@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
@@ -12,7 +11,8 @@ import numpy.typing as npt
 
 from .. import _compat
 from ..archive import IndexedTarArchive
-from ..backend import Backend, bytes_like
+from ..backend import Backend, bytes_like, is_blob as backend_is_blob
+from ..backend._selection import canonical, expanded, is_basic
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._metadata import ArrayView, codecs_of, dimension_names_of
@@ -46,15 +46,19 @@ def _named(error: BaseException, where: str) -> BaseException:
         return error
 
 
-def _is_basic_write_selection(selection: Any) -> bool:
-    items = selection if isinstance(selection, tuple) else (selection,)
-    for item in items:
-        if isinstance(item, EllipsisType) or (isinstance(item, int | np.integer) and not isinstance(item, bool)):
-            continue
-        if isinstance(item, slice) and item.step in (None, 1):
-            continue
-        return False
-    return True
+def chunk_key_of(array: Array, coords: tuple[int, ...]) -> str:
+    """The store key of the chunk of ``array`` at ``coords``: from the view of its metadata
+    where it has one (no zarr-python), else zarr-python's."""
+    return array._chunk_key(coords)
+
+
+def is_blob(array: Array) -> bool:
+    """True for binary blobs as :meth:`Group.create_bytes_array` stores them (see
+    :func:`ncore_like.backend.is_blob`): from the view of its metadata where it has one (no
+    zarr-python)."""
+    if array._view is not None and array.archive is not None:
+        return array._blob_record_key() is not None
+    return backend_is_blob(array.zarr)
 
 
 _UNKNOWN = object()
@@ -70,26 +74,20 @@ class _ChunkWriter(NamedTuple):
 
 
 def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], set[int]] | None:
-    """For basic selections with slices of negative step: the same selection with positive
-    steps (one item per dimension) and the axes of the result to flip; None otherwise."""
-    items = selection if isinstance(selection, tuple) else (selection,)
-    if not any(isinstance(item, slice) and item.step is not None and item.step < 0 for item in items):
+    """For basic selections (canonical) with slices of negative step: the same selection with
+    positive steps (one item per dimension) and the axes of the result to flip; None otherwise."""
+    items = selection if type(selection) is tuple else (selection,)
+    if not any(type(item) is slice and item.step is not None and item.step < 0 for item in items):
         return None
-    if sum(1 for item in items if item is Ellipsis) > 1 or not all(
-        item is Ellipsis or isinstance(item, slice | int | np.integer) for item in items
-    ):
+    if not all(item is Ellipsis or type(item) in (slice, int) for item in items):
         return None  # read() raises its error
-    fill = len(shape) - (len(items) - sum(1 for item in items if item is Ellipsis))
-    expanded: list[Any] = []
-    for item in items:
-        expanded.extend([slice(None)] * max(fill, 0) if item is Ellipsis else [item])
-    expanded.extend([slice(None)] * (len(shape) - len(expanded)))
-    if len(expanded) != len(shape):
+    spelled = expanded(selection, len(shape))
+    if spelled is None:
         return None
     positive: list[Any] = []
     flips: set[int] = set()
     axis = 0
-    for item, size in zip(expanded, shape, strict=True):
+    for item, size in zip(spelled, shape, strict=True):
         if not isinstance(item, slice):
             positive.append(item)
             continue
@@ -192,6 +190,7 @@ class Array(_ArrayNode):
     def __getitem__(self, selection: Selection) -> NDArray:
         """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
         the range is read with a positive step and flipped)."""
+        selection = canonical(selection)
         flips = _negative_steps(selection, self.shape)
         if flips is None:
             return self.read(selection)
@@ -380,7 +379,8 @@ class Array(_ArrayNode):
         """
         if self.read_only:
             raise ReadOnlyError(f"{self._where()}: store is opened for reading, can't write")
-        if not _is_basic_write_selection(selection):
+        selection = canonical(selection)
+        if not is_basic(selection):
             raise ValueError(
                 f"array {self.path!r}: writes take basic selections (ints, unit-step slices, Ellipsis), "
                 f"got {selection!r}"
@@ -471,19 +471,12 @@ class Array(_ArrayNode):
         if writer is None:
             return None
         shape, chunks = self.shape, writer.chunks
-        items = selection if isinstance(selection, tuple) else (selection,)
-        if sum(1 for item in items if isinstance(item, EllipsisType)) > 1:
-            return None
-        fill = len(shape) - (len(items) - sum(1 for item in items if isinstance(item, EllipsisType)))
-        if fill < 0:
-            return None  # too many indices: zarr-python's error
-        expanded: list[Any] = []
-        for item in items:
-            expanded.extend([slice(None)] * fill if isinstance(item, EllipsisType) else [item])
-        expanded.extend([slice(None)] * (len(shape) - len(expanded)))
+        items = expanded(selection, len(shape))
+        if items is None:
+            return None  # zarr-python's error
         region: list[slice] = []
         data_shape: list[int] = []
-        for item, size, chunk in zip(expanded, shape, chunks, strict=True):
+        for item, size, chunk in zip(items, shape, chunks, strict=True):
             if isinstance(item, slice):
                 start, stop, _ = item.indices(size)
                 data_shape.append(max(0, stop - start))

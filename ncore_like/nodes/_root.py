@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..backend import Backend
-from ..store import Store
+from ..store import IndexedTarZarrStore, Store
 from ..store._base import Attributes, Consolidated, install_typed_layer
 from ._group import Group
 
@@ -20,7 +20,11 @@ __all__ = ["create_root_group", "install", "open_root_group"]
 
 
 def open_root_group(store: Store, consolidated: Consolidated = True, backend: Backend | None = None) -> Group:
-    """The root group of ``store``'s hierarchy, opened for reading (see :meth:`Store.open_root_group`)."""
+    """The root group of ``store``'s hierarchy, opened for reading (see :meth:`Store.open_root_group`):
+    from the view of its metadata where the store serves views (archives opened for reading:
+    no zarr-python), else zarr-python's root group."""
+    if isinstance(store, IndexedTarZarrStore) and store.serves_views:
+        return Group(None, store=store, backend=backend, view=store.open_root_view(consolidated))
     return Group(store.open_zarr_root_group(consolidated), store=store, backend=backend)
 
 

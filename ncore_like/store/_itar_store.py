@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Mapping
@@ -13,7 +14,7 @@ from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, RetryPolicy, is_node_metadata_key, read_records
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
-from ._base import Store
+from ._base import Consolidated, Store
 from ._consolidated import (
     CONSOLIDATED_KEY_V2,
     CONSOLIDATED_KEY_V3,
@@ -199,6 +200,31 @@ class IndexedTarZarrStore(Store):
 
     # -- node views (the typed layer's lookups, without zarr-python) -----------------------
 
+    def open_root_view(self, consolidated: Consolidated = True) -> GroupView:
+        """The view of the root group, opened as :meth:`open_zarr_root_group` opens
+        zarr-python's (the same choice of records and the same errors) but without
+        zarr-python: reading an archive never needs it. Archives opened for reading."""
+        if consolidated not in (True, False, "auto"):
+            raise ValueError(f"{self.name}: consolidated must be True, False or 'auto', got {consolidated!r}")
+        record = self._consolidated_record() if consolidated else None
+        if record is not None:
+            zarr_format, data = record
+            self._documents = decoded_consolidated(data, zarr_format, self.name)
+            self._views.clear()
+        elif consolidated is True:
+            raise KeyError(
+                f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
+                f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
+            )
+        else:
+            zarr_format = 2 if ".zgroup" in self._archive else 3
+        view = self.node_view("", zarr_format)
+        if view is None:  # as zarr-python says it
+            raise FileNotFoundError(errno.ENOENT, "no root group (no .zgroup or zarr.json record)", self.name)
+        if not isinstance(view, GroupView):
+            raise NodeMetadataError("the root node is an array, not a group", archive=self.name)
+        return view
+
     @property
     def serves_views(self) -> bool:
         """True if nodes can be looked up as views (:meth:`node_view`): archives opened for
@@ -250,6 +276,8 @@ class IndexedTarZarrStore(Store):
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""
         if self._archive.mode == "w":  # arrays created in this store
             return super().zarr_node(view)
+        if self._view_store is None and self._documents is not None:  # opened as a view
+            self._view_store = _zarr_store(self._archive, node_metadata=self._documents)
         store = self._view_store or _zarr_store(self._archive)
         if isinstance(view, ArrayView):
             return _compat.array_from_document(store, view.path, dict(view.document))
