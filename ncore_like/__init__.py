@@ -52,18 +52,18 @@ if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exporte
         UnfinishedArchiveError as UnfinishedArchiveError,
     )
     from .nodes import (
+        ArchiveCollection as ArchiveCollection,
         Array as Array,
         BloscCompression as BloscCompression,
         EncodedArray as EncodedArray,
         Group as Group,
-        NodeCache as NodeCache,
-    )
-    from .store import (
-        ArchiveCollection as ArchiveCollection,
         IndexedTarZarrStore as IndexedTarZarrStore,
-        RecoveryReport as RecoveryReport,
+        NodeCache as NodeCache,
         Store as Store,
         ZarrStoreAdapter as ZarrStoreAdapter,
+    )
+    from .store import (
+        RecoveryReport as RecoveryReport,
         recover as recover,
     )
     from .viewer import (
@@ -94,10 +94,21 @@ _EXPORTS: dict[str, str] = {
         ],
         ".errors",
     ),
-    **dict.fromkeys(["Array", "BloscCompression", "EncodedArray", "Group", "NodeCache"], ".nodes"),
     **dict.fromkeys(
-        ["ArchiveCollection", "IndexedTarZarrStore", "RecoveryReport", "Store", "ZarrStoreAdapter", "recover"], ".store"
+        [
+            "ArchiveCollection",
+            "Array",
+            "BloscCompression",
+            "EncodedArray",
+            "Group",
+            "IndexedTarZarrStore",
+            "NodeCache",
+            "Store",
+            "ZarrStoreAdapter",
+        ],
+        ".nodes",
     ),
+    **dict.fromkeys(["RecoveryReport", "recover"], ".store"),
     **dict.fromkeys(["Viewer", "view"], ".viewer"),
 }
 

@@ -23,7 +23,7 @@ from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.backends.zarr import ZarrBackendEntrypoint, ZarrStore
 from xarray.core import indexing
 
-from .store import IndexedTarZarrStore
+from .nodes import IndexedTarZarrStore
 
 if TYPE_CHECKING:  # the typed nodes come from the store (the layer above it isn't imported here)
     from .nodes import Array, Group

@@ -3,8 +3,8 @@ share: the result rows and their table, interleaved median timing, the driver ev
 runs (:func:`run_benchmark`: command line, temporary directory, banner, table, JSON) and the
 JSON results, which ``plot_performance.py`` reads back with :meth:`Results.load`.
 
-The scripts run as ``python scripts/bench_X.py``; each puts its own folder on ``sys.path``
-and imports this module as ``_benchlib``. It is no part of the ``ncore_like`` package, and
+The scripts run as modules from the repository root (``python -m scripts.bench_X``) and
+import this one as ``scripts._benchlib``. It is no part of the ``ncore_like`` package, and
 imports it (and zarr) only when a benchmark runs, not when ``plot_performance.py`` loads.
 """
 
@@ -22,7 +22,6 @@ import random
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -343,9 +342,8 @@ def chunk_key(array: Array, coords: Sequence[int] = ()) -> str:
 
 
 def import_servers() -> ModuleType:
-    """``tests.support.servers`` (the repository root is put on ``sys.path``)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
+    """``tests.support.servers`` (importable: the scripts run as modules from the
+    repository root)."""
     import tests.support.servers as servers
 
     return servers

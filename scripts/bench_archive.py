@@ -33,9 +33,9 @@ Prints one table (ratio, target, raw medians); ``--json PATH`` also writes the r
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_archive.py              # full run (~35 s on 2 cores)
-    .venv/bin/python scripts/bench_archive.py --quick      # small, fast run (~5 s, smoke test)
-    .venv/bin/python scripts/bench_archive.py --json bench.json --only remote --only s3
+    .venv/bin/python -m scripts.bench_archive              # full run (~35 s on 2 cores)
+    .venv/bin/python -m scripts.bench_archive --quick      # small, fast run (~5 s, smoke test)
+    .venv/bin/python -m scripts.bench_archive --json bench.json --only remote --only s3
 
 Temporary files live in a temporary directory (``--tmpdir`` to choose where) removed at
 the end; servers bind 127.0.0.1 only and are stopped on exit.
@@ -67,15 +67,13 @@ import zarr
 import zarr.storage
 from upath import UPath
 
+import scripts._benchlib as bench
 from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, Record, clear_caches
 from ncore_like._defaults import TAIL_READ_SIZE
 from ncore_like.archive import scan_records
 from ncore_like.archive._format import BLOCK_SIZE, encode_index, pack_index_header, padding, unpack_index_header
 from ncore_like.archive._table import decode_table, unpack_table_pointer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row, median_times, ms, pread_all, us, verification_cost, warm_page_cache
+from scripts._benchlib import MB, Row, median_times, ms, pread_all, us, verification_cost, warm_page_cache
 
 Trial = tuple[float, list[dict[str, Any]]]  # wall time, the server's request log
 

@@ -18,9 +18,9 @@ Prints one table (ratio, target, raw medians); ``--json PATH`` also writes the r
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_cache.py              # full run: 1,000 frames, 100 archives
-    .venv/bin/python scripts/bench_cache.py --quick      # small, fast run (smoke test)
-    .venv/bin/python scripts/bench_cache.py --json bench_cache.json
+    .venv/bin/python -m scripts.bench_cache              # full run: 1,000 frames, 100 archives
+    .venv/bin/python -m scripts.bench_cache --quick      # small, fast run (smoke test)
+    .venv/bin/python -m scripts.bench_cache --json bench_cache.json
 
 Temporary files (archives, the cache) live in a temporary directory (``--tmpdir`` to choose
 where) removed at the end; servers bind 127.0.0.1 only and are stopped on exit.
@@ -38,11 +38,9 @@ from pathlib import Path
 
 from upath import UPath
 
+import scripts._benchlib as bench
 from ncore_like import IndexedTarArchive, RecordCache
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row, median_times, ms, us
+from scripts._benchlib import MB, Row, median_times, ms, us
 
 WORKLOAD = "cache: S3"
 

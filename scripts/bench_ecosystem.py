@@ -19,8 +19,8 @@ Both zarr-python majors: run it in ``.venv`` (zarr-python 3) or ``.venv-zarr2``.
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_ecosystem.py            # full run (about 30 s)
-    .venv/bin/python scripts/bench_ecosystem.py --quick    # smoke run (a few seconds)
+    .venv/bin/python -m scripts.bench_ecosystem            # full run (about 30 s)
+    .venv/bin/python -m scripts.bench_ecosystem --quick    # smoke run (a few seconds)
 """
 
 from __future__ import annotations
@@ -29,17 +29,14 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import ncore_like
+import scripts._benchlib as bench
 from ncore_like import IndexedTarZarrStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row, median_times, ms
+from scripts._benchlib import MB, Row, median_times, ms
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,12 @@
 Reads a 4-chunk float32 array (blosc lz4) into ``out=`` with two backends side by side:
 one that always decodes on the calling thread, one that always uses the shared worker
 pool; for chunk sizes from 1 KiB to 4 MiB. ``ncore_like._defaults.INLINE_BYTES`` is set
-from where the pool starts to win. Run: ``.venv/bin/python scripts/bench_inline_threshold.py``.
+from where the pool starts to win. Run: ``.venv/bin/python -m scripts.bench_inline_threshold``.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,9 +17,7 @@ import numpy as np
 
 from ncore_like import Array, IndexedTarZarrStore
 from ncore_like.backend import Backend
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-from _benchlib import chunk_key
+from scripts._benchlib import chunk_key
 
 
 def median_read_us(array: Array, out: np.ndarray, repeats: int = 200) -> float:

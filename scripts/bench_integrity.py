@@ -24,8 +24,8 @@ Workloads:
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_integrity.py            # full run (about a minute)
-    .venv/bin/python scripts/bench_integrity.py --quick    # smoke run (a few seconds)
+    .venv/bin/python -m scripts.bench_integrity            # full run (about a minute)
+    .venv/bin/python -m scripts.bench_integrity --quick    # smoke run (a few seconds)
 """
 
 from __future__ import annotations
@@ -45,14 +45,12 @@ import crc32c
 import numpy as np
 from upath import UPath
 
+import scripts._benchlib as bench
 from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, recover
 from ncore_like.archive import _archive
 from ncore_like.archive._checksum import checksum, hardware_checksums, implementation
 from ncore_like.archive._format import decode_index, unpack_index_header
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row, gbs, median_times, ms, us
+from scripts._benchlib import MB, Row, gbs, median_times, ms, us
 
 
 @dataclass(frozen=True)

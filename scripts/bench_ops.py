@@ -44,8 +44,8 @@ on the same archives. Their rows have no target: they say where a user would be 
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_ops.py            # full run (about a minute)
-    .venv/bin/python scripts/bench_ops.py --quick    # smoke run
+    .venv/bin/python -m scripts.bench_ops            # full run (about a minute)
+    .venv/bin/python -m scripts.bench_ops --quick    # smoke run
 """
 
 from __future__ import annotations
@@ -66,11 +66,9 @@ from typing import Any
 import numcodecs.blosc
 import numpy as np
 
+import scripts._benchlib as bench
 from ncore_like import BloscCompression, IndexedTarZarrStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row, Volume, chunk_key, gbs, make_volume, median_times, ms, unlink_all, us, write_raw
+from scripts._benchlib import MB, Row, Volume, chunk_key, gbs, make_volume, median_times, ms, unlink_all, us, write_raw
 
 REF_PYTHON = bench.REF_PYTHON
 COMPRESSION = BloscCompression()  # lz4, level 5, bit-shuffle: the library's default

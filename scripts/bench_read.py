@@ -39,9 +39,9 @@ Prints one table (ratio, target, raw medians); ``--json PATH`` also writes the r
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_read.py                # full run (~1 min)
-    .venv/bin/python scripts/bench_read.py --quick        # small, fast run (smoke test, < 30 s)
-    .venv/bin/python scripts/bench_read.py --json bench_read.json --skip-tensorstore
+    .venv/bin/python -m scripts.bench_read                # full run (~1 min)
+    .venv/bin/python -m scripts.bench_read --quick        # small, fast run (smoke test, < 30 s)
+    .venv/bin/python -m scripts.bench_read --json bench_read.json --skip-tensorstore
 
 Temporary files live in a temporary directory (``--tmpdir`` to choose where) removed at
 the end; servers bind 127.0.0.1 only and are stopped on exit.
@@ -76,13 +76,11 @@ import zarr.storage
 from upath import UPath
 from zarr.core.buffer.cpu import NDBuffer
 
+import scripts._benchlib as bench
 from ncore_like import Array, BloscCompression, Group, IndexedTarZarrStore
 from ncore_like._defaults import TAIL_READ_SIZE
 from ncore_like.backend import Backend
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import (
+from scripts._benchlib import (
     MB,
     MIB,
     Row,
@@ -745,9 +743,10 @@ def run_memory_child(mode: str, path: Path) -> dict[str, Any]:
     """What :func:`memory_child` reports, run through :data:`LAUNCHER`."""
     command = [
         *(sys.executable, "-c", LAUNCHER),
-        *(sys.executable, str(Path(__file__).resolve()), "--memory-child", mode, str(path)),
+        *(sys.executable, "-m", "scripts.bench_read", "--memory-child", mode, str(path)),
     ]
-    completed = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
+    # From the repository root, where ``scripts`` is a package.
+    completed = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, cwd=bench.REPO_ROOT)
     if completed.returncode != 0:
         raise RuntimeError(f"memory child {mode} failed:\n{completed.stderr[-4000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

@@ -29,9 +29,9 @@ Prints one table (ratio, target, raw medians); ``--json PATH`` also writes the r
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_remote.py              # full run (~1.5-2 min on 2 cores)
-    .venv/bin/python scripts/bench_remote.py --quick      # small, fast run (smoke test)
-    .venv/bin/python scripts/bench_remote.py --json docs/data/bench_remote.json --only scan
+    .venv/bin/python -m scripts.bench_remote              # full run (~1.5-2 min on 2 cores)
+    .venv/bin/python -m scripts.bench_remote --quick      # small, fast run (smoke test)
+    .venv/bin/python -m scripts.bench_remote --json docs/data/bench_remote.json --only scan
 
 Temporary files live in a temporary directory (``--tmpdir`` to choose where) removed at the
 end; servers bind 127.0.0.1 only and are stopped on exit.
@@ -61,14 +61,12 @@ from typing import Any
 import numpy as np
 from upath import UPath
 
+import scripts._benchlib as bench
 from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore
 from ncore_like.archive import read_records, scan_records
 from ncore_like.cli import main as cli
 from ncore_like.errors import RemoteStorageError
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row, ms
+from scripts._benchlib import MB, Row, ms
 
 NOTES: list[str] = []  # printed below the table (a peer left out, a loaded machine...)
 #: Versions of the peers, filled as the workloads meet them (the banner is printed after them).

@@ -24,9 +24,9 @@ batch (a uniformly random order mixes ~10.2 of 16), the peak RSS of a worker pro
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_train.py              # full run (a few minutes on 2 cores)
-    .venv/bin/python scripts/bench_train.py --quick      # smoke test
-    .venv/bin/python scripts/bench_train.py --json docs/data/bench_train.json
+    .venv/bin/python -m scripts.bench_train              # full run (a few minutes on 2 cores)
+    .venv/bin/python -m scripts.bench_train --quick      # smoke test
+    .venv/bin/python -m scripts.bench_train --json docs/data/bench_train.json
 
 The peers come with the ``bench`` extra (a missing one is left out, with a note).
 """
@@ -50,9 +50,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row
+import scripts._benchlib as bench
+from scripts._benchlib import MB, Row
 
 NOTES: list[str] = []
 PEERS = {"webdataset": "webdataset", "litdata": "litdata", "mosaic": "mosaicml-streaming"}
@@ -479,8 +478,9 @@ def child(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
         AWS_ALLOW_HTTP="true",
     )
     result = subprocess.run(
-        [sys.executable, __file__, "--child", str(path)], capture_output=True, text=True, env=env, timeout=1800
-    )
+        [sys.executable, "-m", "scripts.bench_train", "--child", str(path)],
+        capture_output=True, text=True, env=env, timeout=1800, cwd=bench.REPO_ROOT,  # where scripts is a package
+    )  # fmt: skip
     if result.returncode != 0:
         raise RuntimeError(f"{spec['loader']} failed:\n{result.stderr[-4000:]}")
     if result.stderr.strip():

@@ -15,7 +15,7 @@ them); the page is the machine's Chromium driven by Playwright. Measured, as med
 
 Run from the repository root (~1 min)::
 
-    .venv/bin/python scripts/bench_view.py [--repeat 5]
+    .venv/bin/python -m scripts.bench_view [--repeat 5]
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 from upath import UPath
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the servers
 import ncore_like.viewer._frames as frames_module
 from ncore_like import view
 from ncore_like.demo import write_sequence

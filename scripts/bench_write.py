@@ -33,9 +33,9 @@ results.
 
 Run from the repository root::
 
-    .venv/bin/python scripts/bench_write.py              # full run (well under 2 min)
-    .venv/bin/python scripts/bench_write.py --quick      # small, fast run (smoke test, < 20 s)
-    .venv/bin/python scripts/bench_write.py --json bench_write.json
+    .venv/bin/python -m scripts.bench_write              # full run (well under 2 min)
+    .venv/bin/python -m scripts.bench_write --quick      # small, fast run (smoke test, < 20 s)
+    .venv/bin/python -m scripts.bench_write --json bench_write.json
 
 Temporary files live in a temporary directory (``--tmpdir`` to choose where; it should be
 on the disk the archives are meant for) removed at the end. Another process using the CPU
@@ -58,11 +58,9 @@ import numcodecs
 import numcodecs.blosc
 import numpy as np
 
+import scripts._benchlib as bench
 from ncore_like import BloscCompression, EncodedArray, IndexedTarArchive, IndexedTarZarrStore, set_worker_threads
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-import _benchlib as bench
-from _benchlib import MB, Row, Volume, chunk_key, gbs, make_volume, median_times, ms, unlink_all, write_raw
+from scripts._benchlib import MB, Row, Volume, chunk_key, gbs, make_volume, median_times, ms, unlink_all, write_raw
 
 KIB = 1024
 COMPRESSION = BloscCompression(cname="lz4", clevel=5, shuffle="bitshuffle", blocksize=0)

@@ -17,9 +17,9 @@ Reads the JSON files that the benchmark scripts write with ``--json``
 
 Run from the repository root after a benchmark run::
 
-    .venv/bin/python scripts/bench_archive.py --json docs/data/bench_archive.json
-    .venv/bin/python scripts/plot_performance.py            # plots + tables
-    .venv/bin/python scripts/plot_performance.py --check    # exit 1 if the page is stale
+    .venv/bin/python -m scripts.bench_archive --json docs/data/bench_archive.json
+    .venv/bin/python -m scripts.plot_performance            # plots + tables
+    .venv/bin/python -m scripts.plot_performance --check    # exit 1 if the page is stale
 
 ``tests/test_docs.py`` runs the ``--check`` logic, so a JSON file refreshed without
 re-rendering the page fails the tests; ``tests/test_docs_site.py`` looks at the result in a
@@ -53,8 +53,7 @@ from matplotlib.patches import Patch
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _benchlib lives beside this script
-from _benchlib import Results, Row, ratio_text
+from scripts._benchlib import Results, Row, ratio_text
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS: tuple[str, ...] = (
@@ -167,8 +166,8 @@ def render_table(name: str, benchmark: Results | None) -> str:
         return (
             '!!! note "To be filled by the next benchmark run"\n'
             f"    `docs/data/{name}.json` is not there yet. Produce it with\n"
-            f"    `.venv/bin/python scripts/{name}.py --json docs/data/{name}.json`, then run\n"
-            "    `.venv/bin/python scripts/plot_performance.py` to fill in this table and the plot.\n"
+            f"    `.venv/bin/python -m scripts.{name} --json docs/data/{name}.json`, then run\n"
+            "    `.venv/bin/python -m scripts.plot_performance` to fill in this table and the plot.\n"
         )
     lines: list[str] = []
     if plotted_rows(benchmark):

@@ -2,29 +2,30 @@
 
 * zarr-python is imported only by ``ncore_like/_compat`` (the one seam per zarr version);
 * every run-time import goes down the layers (archive -> store -> backend -> nodes -> cli),
-  in particular the store layer never imports the typed layer;
+  imports by name (``importlib.import_module("...")``, ``__import__("...")``) included: in
+  particular the store layer never reaches the typed layer;
 * the layer diagram of ``docs/architecture.md`` is the one the imports give.
 """
 
 from __future__ import annotations
 
+import ast
+import re
+
 from tests.support.architecture import (
     ALLOWED,
+    LAYERS,
     REPO,
     Import,
+    _imports,
     layer_edges,
     layer_of,
     package_imports,
     render_diagram,
 )
 
-#: Imports of higher layers in annotations only (``if TYPE_CHECKING:``): the store's
-#: root-group methods are typed as returning the typed layer's Group.
-ANNOTATION_ONLY = {
-    ("ncore_like.store._base", "ncore_like.nodes"),
-    ("ncore_like.store._collection", "ncore_like.nodes"),
-    ("ncore_like.store._base", "ncore_like.backend"),
-}
+#: Imports of higher layers in annotations only (``if TYPE_CHECKING:``).
+ANNOTATION_ONLY: set[tuple[str, str]] = set()
 
 
 def _where(item: Import) -> str:
@@ -58,6 +59,27 @@ def test_the_store_layer_never_imports_the_typed_layer() -> None:
         if layer_of(item.module) == "store" and layer_of(item.target) in ("nodes", "backend", "cli"):
             assert item.type_checking, _where(item)
             assert (item.module, item.target) in ANNOTATION_ONLY, _where(item)
+
+
+def test_imports_by_name_are_imports() -> None:
+    source = (
+        "import importlib\n"
+        "from importlib import import_module\n"
+        "def f(name):\n"
+        "    importlib.import_module('ncore_like.nodes')\n"
+        "    import_module('._group', 'ncore_like.nodes')\n"
+        "    import_module('.nodes', package=__package__)\n"
+        "    __import__('ncore_like.cli')\n"
+        "    importlib.import_module(name)\n"  # not a constant: unknown, not counted
+    )
+    found = list(_imports(ast.parse(source), "ncore_like.store._base", "ncore_like.store"))
+    dynamic = [(item.target, item.line) for item in found if item.dynamic]
+    assert dynamic == [
+        ("ncore_like.nodes", 4),
+        ("ncore_like.nodes._group", 5),  # relative to the package named
+        ("ncore_like.store.nodes", 6),  # relative to the importing module's package
+        ("ncore_like.cli", 7),
+    ]
 
 
 def test_upward_imports_for_annotations_are_the_known_ones() -> None:
@@ -111,3 +133,21 @@ def test_both_zarr_python_modules_of_the_seam_define_the_same_names() -> None:
     exported2, names2 = defined("zarr2")
     assert exported2 == exported3
     assert set(exported3) <= names3 and set(exported2) <= names2
+
+
+def test_the_layer_numbers_of_the_docstrings_follow_the_enforced_order() -> None:
+    # "Layer N: ..." opens the docstring of a layer's package; numbered from 1 upwards in the
+    # order of ALLOWED (lowest first), so that a docstring never reverses the import order.
+    numbered = []
+    for layer, members in LAYERS.items():
+        for member in members:
+            init = REPO / "ncore_like" / member / "__init__.py"
+            if not init.is_file():
+                continue
+            docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+            found = re.match(r"Layer (\d+):", docstring)
+            if found:
+                numbered.append((layer, int(found.group(1))))
+    assert [layer for layer, _ in numbered] == [layer for layer in ALLOWED if layer in dict(numbered)]
+    assert [number for _, number in numbered] == list(range(1, len(numbered) + 1)), numbered
+    assert dict(numbered) == {"archive": 1, "store": 2, "backend": 3, "nodes": 4}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import tracemalloc
 import uuid
 import warnings
@@ -279,6 +280,37 @@ def test_fallback_for_variable_length_strings(tmp_path: Path, zarr_format: int) 
         array = open_array(tmp_path / "a.itar", "s", backend)
         assert list(array.read()) == ["a", "bb", "ccc"]
     assert next(iter(backend.stats)).startswith("fallback: ")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_fallback_is_logged_once_per_array_with_the_array_and_why(
+    tmp_path: Path, zarr_format: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "a.itar"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+
+        def build(root: Any) -> None:
+            zarr_api.create_array_with(root.zarr, "s", shape=(3,), dtype=str, chunks=(2,))[...] = ["a", "bb", "c"]
+            root.create_array("fast", np.arange(6.0), chunks=(2,))
+
+        write(path, build, zarr_format=zarr_format)
+        caplog.set_level(logging.DEBUG, logger="ncore_like.backend")
+        backend = Backend()
+        root = IndexedTarZarrStore(path).open_root_group(backend=backend)
+        array = root.array("s")
+        for _ in range(3):
+            assert list(array.read()) == ["a", "bb", "c"]
+        np.testing.assert_array_equal(root.array("fast").read(np.s_[1:5]), np.arange(1.0, 5.0))
+        assert list(open_array(path, "s", backend).read()) == ["a", "bb", "c"]  # zarr-python's node alone
+    reasons = tuple(path.removeprefix("fallback: ") for path in backend.stats if path.startswith("fallback: "))
+    records = [record for record in caplog.records if record.name == "ncore_like.backend.fallback"]
+    # Once per array (the typed one, and the one over zarr-python's node), not per read.
+    assert len(records) == 2, [record.getMessage() for record in records]
+    for record in records:
+        message = record.getMessage()
+        assert record.levelno == logging.DEBUG
+        assert str(path) in message and "'/s'" in message and message.endswith(reasons), message
 
 
 @pytest.mark.parametrize("dtype", ["<f8", "<M8[ns]"], ids=["fast", "fallback"])

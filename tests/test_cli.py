@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -837,6 +838,31 @@ def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0, out
     code, _, err = cli(capsys, "recover", str(path))
     assert code == 1 and "needs no recovery" in err and "Traceback" not in err
+
+
+def test_verbose_shows_the_library_log_records_on_stderr_and_is_quiet_without(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def crash(path: Path) -> None:
+        store = IndexedTarZarrStore(path, mode="w")
+        store.create_root_group({}).create_array("poses", np.arange(12.0), compression=None)
+        store.flush()
+        die(store.archive)
+
+    quiet, verbose = tmp_path / "quiet.itar", tmp_path / "verbose.itar"
+    crash(quiet)
+    crash(verbose)
+    code, _, err = cli(capsys, "recover", str(quiet))
+    assert code == 0 and "ncore_like." not in err and "INFO" not in err, err
+    code, _, err = cli(capsys, "-v", "recover", str(verbose))
+    assert code == 0, err
+    # The recovery decisions, as the library logs them (archive and store layers).
+    lines = [line for line in err.splitlines() if line.startswith("ncore-like: INFO: ncore_like.")]
+    assert any(f"{verbose}.partial: finished in place" in line for line in lines), err
+    assert any(line.startswith("ncore-like: INFO: ncore_like.store.recover: ") for line in lines), err
+    # The handler is the command's: the library is quiet again afterwards.
+    assert not [h for h in logging.getLogger("ncore_like").handlers if not isinstance(h, logging.NullHandler)]
+    np.testing.assert_array_equal(IndexedTarZarrStore(verbose).open_root_group().array("poses").read(), np.arange(12.0))
 
 
 # -- first contact: pipes, options, plain URLs ------------------------------------------------

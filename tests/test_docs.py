@@ -216,7 +216,7 @@ def test_performance_tables_match_the_benchmark_data() -> None:
     current = page.read_text(encoding="utf-8")
     expected = plot.update_tables(current, plot.load_benchmarks(DOCS / "data"))
     assert current == expected, (
-        "docs/performance.md is out of date with docs/data/*.json: run .venv/bin/python scripts/plot_performance.py"
+        "docs/performance.md is out of date with docs/data/*.json: run .venv/bin/python -m scripts.plot_performance"
     )
 
 
@@ -246,7 +246,7 @@ def test_performance_plots_exist_and_are_shown() -> None:
     page = (DOCS / "performance.md").read_text(encoding="utf-8")
     for name in plot.load_benchmarks(DOCS / "data"):
         image = plot.image_path(DOCS / "img", name)
-        assert image.is_file(), "run .venv/bin/python scripts/plot_performance.py"
+        assert image.is_file(), "run .venv/bin/python -m scripts.plot_performance"
         assert f"(img/{image.name})" in page, f"performance.md doesn't show {image.name}"
 
 

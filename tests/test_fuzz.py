@@ -8,8 +8,8 @@ elsewhere, a malformed index, bad index and tar header fields -- and read every 
 verified and not, with several ``index_tail_read_size`` values. Every answer must be the
 bytes written or a ``ValueError``/``KeyError``/``OSError`` that is none of the raw errors
 of the layers below, within a time limit; with checksums verified, no changed byte may
-come back. The mutations, the reads and the judging live in ``scripts/fuzz_archive.py``
-(a long-running fuzzer over the same code): hypothesis draws the choices here.
+come back. The mutations, the reads and the judging live in ``tests/support/fuzz.py``
+(``scripts/fuzz_archive.py`` runs them for long): hypothesis draws the choices here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import asyncio
 import lzma
 import random
 import struct
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from ncore_like import ArchiveFormatError, ChecksumError, ConsolidatedMetadataError, IndexedTarArchive
 from ncore_like.archive._format import BLOCK_SIZE, pack_index_header
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
-
-import fuzz_archive as fuzz  # noqa: E402 - the mutations, reads and judging (shared with the long runs)
+from tests.support import fuzz  # the mutations, reads and judging (shared with the long runs)
 
 try:
     import pytest_timeout  # noqa: F401
@@ -100,7 +94,7 @@ def load_table(data: bytes) -> tuple[int, dict[Any, Any]]:
 
 
 def check(mutated: fuzz.Mutated, folder: Path, watchdog: fuzz.Watchdog, drawn_tail: int = 3000) -> fuzz.Tally:
-    """Reads ``mutated`` every way of :func:`fuzz_archive.read_configs`: checksums verified
+    """Reads ``mutated`` every way of :func:`fuzz.read_configs`: checksums verified
     and not, five tail read sizes, sync and async, local and through fsspec's memory
     filesystem (buffered and range reads), stores from their consolidated metadata and
     from their node metadata records."""

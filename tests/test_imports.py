@@ -90,17 +90,24 @@ def test_subpackages_are_attributes_after_a_bare_import() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_a_store_imported_alone_returns_typed_groups(tmp_path: Path) -> None:
+def test_the_public_stores_return_typed_groups_and_the_store_layer_never_loads_them(tmp_path: Path) -> None:
     path = tmp_path / "s.itar"
     code = (
         "import sys\n"
-        "from ncore_like.store import IndexedTarZarrStore\n"
-        "assert 'ncore_like.nodes' not in sys.modules\n"
+        "import ncore_like.store as layer\n"
+        f"with layer.IndexedTarZarrStore({str(path)!r}, 'w') as store:\n"
+        "    store.create_zarr_root_group({}, 2).create_array('x', shape=(3,), dtype='i8')\n"
+        "    store.consolidate()\n"
+        f"assert list(layer.IndexedTarZarrStore({str(path)!r}).open_zarr_root_group()) == ['x']\n"
+        "assert 'ncore_like.nodes' not in sys.modules, 'the store layer loaded the typed layer'\n"
+        "from ncore_like import IndexedTarZarrStore\n"
         f"with IndexedTarZarrStore({str(path)!r}, 'w') as store:\n"
         "    root = store.create_root_group()\n"
         "    root.create_array('x', [1, 2, 3])\n"
         "    store.consolidate()\n"
-        f"group = IndexedTarZarrStore({str(path)!r}).open_root_group()\n"
+        f"store = IndexedTarZarrStore({str(path)!r})\n"
+        "assert isinstance(store, layer.IndexedTarZarrStore) and isinstance(store, layer.Store)\n"
+        "group = store.open_root_group()\n"
         "assert type(group).__name__ == 'Group', type(group)\n"
         "assert group.array('x').read().tolist() == [1, 2, 3]\n"
     )

@@ -479,3 +479,53 @@ def test_zarr_python_errors_name_the_public_store_class(tmp_path: Path) -> None:
         zarr.open_array(store.zarr, path="missing", mode="r")
     assert "ItarZarrStore" not in str(raised.value)
     assert repr(store.zarr) == f"IndexedTarZarrStore({str(tmp_path / 'n.itar')!r}, mode='r').zarr"
+
+
+def _disagreeing_archive(tmp_path: Path, zarr_format: int) -> Path:
+    """An archive whose consolidated record (root attributes ``{"from": "consolidated"}``,
+    one array ``x``) disagrees with its node metadata records (``{"from": "nodes"}``,
+    arrays ``x`` and ``y``): the records of two hierarchies put together through the
+    archive layer."""
+    consolidated, nodes = tmp_path / "consolidated.itar", tmp_path / "nodes.itar"
+    with IndexedTarZarrStore(consolidated, "w") as store:
+        root = store.create_root_group({"from": "consolidated"}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        root.create_array("x", np.arange(3))
+        store.consolidate()
+    with IndexedTarZarrStore(nodes, "w") as store:
+        root = store.create_root_group({"from": "nodes"}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        root.create_array("x", np.arange(3))
+        root.create_array("y", np.array([7, 8]))
+    key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
+    target = tmp_path / "disagreeing.itar"
+    with IndexedTarArchive(target, mode="w") as writer:
+        reader = IndexedTarArchive(nodes)
+        for name in reader.keys():
+            writer[name] = reader[name]
+        writer[key] = IndexedTarArchive(consolidated)[key]
+    return target
+
+
+@pytest.mark.parametrize("zarr_format", zarr_api.WRITABLE_FORMATS)
+def test_unconsolidated_open_reads_the_node_metadata_records(tmp_path: Path, zarr_format: int) -> None:
+    path = _disagreeing_archive(tmp_path, zarr_format)
+    # What zarr-python reads from the node metadata records alone.
+    plain = zarr_api.open_unconsolidated(IndexedTarZarrStore(path).zarr)
+    expected = {name: zarr_api.values(node) for name, node in zarr_api.members(plain)}
+    assert set(expected) == {"x", "y"} and dict(plain.attrs) == {"from": "nodes"}
+
+    for store in (IndexedTarZarrStore(path), ZarrStoreAdapter(IndexedTarZarrStore(path).zarr)):
+        root = store.open_root_group(consolidated=False)
+        assert root.attributes == {"from": "nodes"}, type(store)
+        assert root.members() == sorted(expected)
+        for name, values in expected.items():
+            np.testing.assert_array_equal(root.array(name).read(), values)
+        # The consolidated view is still there for whoever asks for it.
+        assert store.open_root_group(consolidated=True).attributes == {"from": "consolidated"}
+        assert store.open_root_group(consolidated="auto").members() == ["x"]
+
+    # Opened from the consolidated record first, then without it: each open sees its own source.
+    store = IndexedTarZarrStore(path)
+    assert store.open_root_group().members() == ["x"]
+    root = store.open_root_group(consolidated=False)
+    assert root.attributes == {"from": "nodes"} and root.members() == ["x", "y"]
+    np.testing.assert_array_equal(root.array("y").read(), [7, 8])

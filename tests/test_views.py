@@ -4,6 +4,7 @@ node."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 import zarr
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ncore_like import BloscCompression, IndexedTarZarrStore, NodeMetadataError
+from ncore_like import Backend, BloscCompression, IndexedTarArchive, IndexedTarZarrStore, NodeMetadataError
 from ncore_like._compat import chunk_key
 from tests.support import zarr_api
 from tests.support.zarr_version import ZARR_MAJOR
@@ -181,3 +182,28 @@ def test_damaged_node_metadata_in_a_view_is_a_clear_error(tmp_path: Path) -> Non
         root.array("x")
     with pytest.raises(NodeMetadataError, match="y/.zarray is no JSON"):
         root.array("y")
+
+
+def test_a_v2_array_without_dimension_separator_reads_its_chunks_on_the_fast_path(tmp_path: Path) -> None:
+    # zarr-python before 2.8 wrote no ``dimension_separator``: "." is meant (the keys "x/1.2").
+    written, path = tmp_path / "written.itar", tmp_path / "old.itar"
+    data = np.arange(24, dtype="<i4").reshape(4, 6)
+    with IndexedTarZarrStore(written, "w") as store:
+        store.create_root_group({}, zarr_format=2).create_array("x", data, chunks=(2, 2), compression=None)
+    reader = IndexedTarArchive(written)
+    assert "x/1.2" in reader.keys()
+    with IndexedTarArchive(path, "w") as writer:
+        for key in reader.keys():
+            if key == "x/.zarray":
+                document = json.loads(reader[key])
+                document.pop("dimension_separator", None)
+                writer[key] = json.dumps(document).encode()
+            else:
+                writer[key] = reader[key]
+    expected = zarr_api.values(zarr_api.open_unconsolidated(IndexedTarZarrStore(path).zarr)["x"])
+    np.testing.assert_array_equal(expected, data)  # zarr-python reads the chunks
+    backend = Backend()
+    array = IndexedTarZarrStore(path).open_root_group(consolidated=False, backend=backend).array("x")
+    np.testing.assert_array_equal(array.read(), expected)
+    np.testing.assert_array_equal(array.read(np.s_[1:4, 3:6]), expected[1:4, 3:6])
+    assert set(backend.stats) == {"fast"}, backend.stats

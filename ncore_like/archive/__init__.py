@@ -15,6 +15,7 @@ from .._lazy import lazy_exports
 from ._archive import IndexedTarArchive, IndexTailRetention, OpenMode, Record
 from ._format import is_node_metadata_key
 from ._location import Location, is_url
+from ._reading import ReadOptions
 from ._retry import RetryPolicy, is_transient
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ _LAZY = {
         [
             "ArchiveReport",
             "Problem",
+            "ReadOptions",
             "TarMember",
             "TarStop",
             "VerifyProgress",
@@ -56,6 +58,7 @@ __all__ = [
     "Location",
     "OpenMode",
     "Problem",
+    "ReadOptions",
     "Record",
     "RecordCache",
     "RetryPolicy",

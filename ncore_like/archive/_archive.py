@@ -12,10 +12,10 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .._defaults import TAIL_READ_SIZE
-from ._cache import CacheOption, RecordCache, as_cache
+from ._cache import CacheOption, RecordCache
 from ._format import Index
 from ._location import Location
-from ._reading import DEFAULT_RETRY, ReadingArchive, ReadOptions
+from ._reading import ReadingArchive, ReadOptions
 from ._records import IndexTailRetention, OpenMode, Record
 from ._retry import RetryPolicy
 from ._writing import WritingArchive
@@ -26,20 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "OpenMode", "Record"]
 
 _MODES = frozenset(get_args(OpenMode))
-
-
-def _read_options(
-    index_tail_read_size: int | None,
-    remote_range_reads: bool,
-    verify_checksums: bool | None,
-    cache: CacheOption,
-    retry: RetryPolicy | None,
-) -> ReadOptions:
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-    return ReadOptions(
-        index_tail_read_size, bool(remote_range_reads), verify_checksums, as_cache(cache), retry or DEFAULT_RETRY
-    )
 
 
 class IndexedTarArchive:
@@ -137,7 +123,7 @@ class IndexedTarArchive:
                 location, checksums=checksums, verify_checksums=verify_checksums, exclusive=mode in ("w-", "x")
             )
         else:
-            options = _read_options(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+            options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
             self._impl = ReadingArchive.open(location, options)
 
     @classmethod
@@ -145,6 +131,19 @@ class IndexedTarArchive:
         archive = cls.__new__(cls)
         archive._impl = impl
         return archive
+
+    @classmethod
+    def _reading(cls, location: Location, options: ReadOptions) -> IndexedTarArchive:
+        """Opens an archive for reading with options built once by the caller (stores and
+        collections pass theirs down instead of repeating the keyword arguments)."""
+        return cls._of(ReadingArchive.open(location, options))
+
+    @classmethod
+    async def _reading_async(
+        cls, location: Location, options: ReadOptions, prefetch_keys: Iterable[str] = ()
+    ) -> IndexedTarArchive:
+        """:meth:`open_async` with options built once by the caller."""
+        return cls._of(await ReadingArchive.open_async(location, options, prefetch_keys))
 
     @classmethod
     async def open_async(
@@ -168,8 +167,8 @@ class IndexedTarArchive:
         while opening and held in memory until they are read once.
         """
         location = Location(itar_path, storage_options)
-        options = _read_options(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
-        return cls._of(await ReadingArchive.open_async(location, options, prefetch_keys))
+        options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+        return await cls._reading_async(location, options, prefetch_keys)
 
     @classmethod
     def _resume(

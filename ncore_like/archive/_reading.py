@@ -21,7 +21,7 @@ from .._concurrency import run_in_worker
 from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
 from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, RemoteStorageError
-from ._cache import CachedSource, RecordCache
+from ._cache import CachedSource, CacheOption, RecordCache, as_cache
 from ._checksum import checksum
 from ._format import (
     BLOCK_SIZE,
@@ -57,7 +57,10 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 class ReadOptions(NamedTuple):
-    """How an archive is read (the reading parameters of :class:`~ncore_like.IndexedTarArchive`)."""
+    """How an archive is read: the reading parameters of :class:`~ncore_like.IndexedTarArchive`
+    (and of the stores and collections that open archives), built once from the public
+    keyword arguments (:meth:`of`) and passed down as one object (a named tuple: an opening
+    builds no dataclass)."""
 
     index_tail_read_size: int | None = TAIL_READ_SIZE
     remote_range_reads: bool = False
@@ -65,6 +68,21 @@ class ReadOptions(NamedTuple):
     """None means the default: verify."""
     cache: RecordCache | None = None
     retry: RetryPolicy = DEFAULT_RETRY
+
+    @classmethod
+    def of(
+        cls,
+        index_tail_read_size: int | None = TAIL_READ_SIZE,
+        remote_range_reads: bool = False,
+        verify_checksums: bool | None = True,
+        cache: CacheOption = None,
+        retry: RetryPolicy | None = None,
+    ) -> ReadOptions:
+        """The options of the public keyword arguments of the same names, checked."""
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        cache_ = as_cache(cache)
+        return cls(index_tail_read_size, bool(remote_range_reads), verify_checksums, cache_, retry or DEFAULT_RETRY)
 
     @property
     def tail_request_size(self) -> int:

@@ -1,6 +1,7 @@
-"""Layer 4: the read path of typed arrays (``Backend``)."""
+"""Layer 3: the read path of typed arrays (``Backend``)."""
 
 from ._backend import Backend
 from ._plan import bytes_like, is_blob, is_bytes_like
+from ._state import ArrayState
 
-__all__ = ["Backend", "bytes_like", "is_blob", "is_bytes_like"]
+__all__ = ["ArrayState", "Backend", "bytes_like", "is_blob", "is_bytes_like"]

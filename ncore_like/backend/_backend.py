@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import FIRST_EXCEPTION, wait
 from typing import Any
 
@@ -29,10 +30,11 @@ from ..store._metadata import ChunkKeys
 from ._decode import decode_into, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 from ._selection import canonical
+from ._state import ArrayState, RowReader
 
 __all__ = ["Backend"]
 
-_UNSET = object()
+logger = logging.getLogger("ncore_like.backend.fallback")
 
 NDArray = np.ndarray[Any, Any]
 
@@ -89,57 +91,70 @@ class Backend:
         with self._stats_lock:
             self.stats[path] += 1
 
+    def _fallback(self, array: ArraySource, reason: str, state: ArrayState | None) -> None:
+        """Counts a read that zarr-python makes, and logs it (debug; once per array that
+        keeps a state) with the array and why the fast path doesn't apply."""
+        self._count(f"fallback: {reason}")
+        if state is not None:
+            if state.fallback_logged:
+                return
+            state.fallback_logged = True
+        if logger.isEnabledFor(logging.DEBUG):
+            view, archive = array.view, array.archive
+            path = view.path if view is not None else array.zarr.path
+            where = archive.location.name if archive is not None else str(array.zarr.store)
+            logger.debug("%s: array %r is read by zarr-python, not the fast path: %s", where, "/" + path, reason)
+
     # -- planning ------------------------------------------------------------------------
 
-    def shape(self, array: ArraySource, selection: Any, *, memo: dict[str, Any] | None = None) -> tuple[int, ...]:
+    def shape(self, array: ArraySource, selection: Any, *, state: ArrayState | None = None) -> tuple[int, ...]:
         """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
         from the fast path's plan where there is one, which the read of the same selection
         then uses too."""
         selection = canonical(selection)
-        if type(selection) is int and memo is not None:
-            if "row_reader" not in memo:
-                self._rows(array, memo)
-            row = memo.get("row_shape")  # arrays with a row reader
+        if type(selection) is int and state is not None:
+            if not state.rows_known:
+                self._rows(array, state)
+            row = state.row_shape  # arrays with a row reader
             if row is not None and -row[0] <= selection < row[0]:
-                return row[1]  # type: ignore[no-any-return]
-        fast = self._fast(array, selection, memo)
+                return row[1]
+        fast = self._fast(array, selection, state)
         if not isinstance(fast, str):
             return fast[1].shape
         zarr_array = array.zarr
         return _compat.selection_shape(zarr_array, selection, _compat.selection_kind(zarr_array, selection))
 
-    def _fast(
-        self, array: ArraySource, selection: Any, memo: dict[str, Any] | None
-    ) -> tuple[ChunkLayout, ReadPlan] | str:
+    def _fast(self, array: ArraySource, selection: Any, state: ArrayState | None) -> tuple[ChunkLayout, ReadPlan] | str:
         """The fast path's layout and plan (memoised per array: an archive opened for reading
         doesn't change), or why the fast path doesn't apply."""
-        memo = {} if memo is None else memo
-        layout = self._layout(array, memo)
+        state = ArrayState() if state is None else state
+        layout = self._layout(array, state)
         if isinstance(layout, str):
             return layout
+        plan: ReadPlan | str | None
         if selection is Ellipsis:
-            plan = memo.get("plan")
+            plan = state.whole_plan
             if plan is None:
-                plan = memo["plan"] = plan_read(array, layout, selection)
+                plan = state.whole_plan = plan_read(array, layout, selection)
         else:
             # The plan of the last selection: a read with out= plans once for the shape check
             # and the read (the same object is the same selection: selections are immutable).
-            last = memo.get("last")
+            last = state.last
             if last is not None and last[0] is selection:
                 plan = last[1]
             else:
                 plan = plan_read(array, layout, selection)
-                memo["last"] = (selection, plan)
+                state.last = (selection, plan)
         if isinstance(plan, str):
             return plan
         return layout, plan
 
     @staticmethod
-    def _layout(array: ArraySource, memo: dict[str, Any]) -> ChunkLayout | str:
+    def _layout(array: ArraySource, state: ArrayState) -> ChunkLayout | str:
         """The array's chunk layout, memoised (an archive opened for reading doesn't change)."""
-        layout = memo.get("layout")
+        layout = state.layout
         if layout is None:
-            layout = memo["layout"] = chunk_layout(array)
+            layout = state.layout = chunk_layout(array)
         return layout
 
     @staticmethod
@@ -210,22 +225,20 @@ class Backend:
         else:
             out[...] = values
 
-    def _rows(self, array: ArraySource, memo: dict[str, Any]) -> Callable[[int, NDArray | None], NDArray | None] | None:
+    def _rows(self, array: ArraySource, state: ArrayState) -> RowReader | None:
         """The array's row reader (see :meth:`_row_reader`), memoised; None if it has none."""
-        reader = memo.get("row_reader", _UNSET)
-        if reader is _UNSET:
-            reader = memo["row_reader"] = self._row_reader(array, memo)
-        return reader  # type: ignore[no-any-return]
+        if not state.rows_known:
+            state.row_reader = self._row_reader(array, state)
+            state.rows_known = True
+        return state.row_reader
 
-    def _row_reader(
-        self, array: ArraySource, memo: dict[str, Any]
-    ) -> Callable[[int, NDArray | None], NDArray | None] | None:
+    def _row_reader(self, array: ArraySource, state: ArrayState) -> RowReader | None:
         """For local arrays chunked by whole single rows (a row per chunk: lidar sweeps, poses,
         rows of features), the read of one row by index, which is the commonest small read:
         one record read and decoded into the output with no plan. The reader returns None
         where the general path must decide (an index out of bounds: its error). None for
         other arrays."""
-        layout = self._layout(array, memo)
+        layout = self._layout(array, state)
         if isinstance(layout, str):
             return None
         archive, shape, chunks = layout.archive, layout.shape, layout.chunk_shape
@@ -236,7 +249,7 @@ class Backend:
         rows, row_shape, rest = shape[0], shape[1:], (0,) * (len(shape) - 1)
         dtype, compressed, chunk_key, fill = layout.dtype, layout.compressed, layout.chunk_key, layout.fill_value
         where = archive.location.name
-        memo["row_shape"] = (rows, row_shape)
+        state.row_shape = (rows, row_shape)
 
         row_key = chunk_key.first_axis(len(shape)) if isinstance(chunk_key, ChunkKeys) else None
         flat = len(row_shape) == 1  # a 1-d row views as bytes directly
@@ -312,24 +325,25 @@ class Backend:
         selection: Any = Ellipsis,
         out: NDArray | None = None,
         *,
-        memo: dict[str, Any] | None = None,
+        state: ArrayState | None = None,
     ) -> NDArray:
         """The values of ``array[selection]``, in ``out`` if given (validated by the caller).
 
-        ``memo`` is a dictionary the caller keeps per array (e.g. :class:`~ncore_like.Array`
-        does): the backend keeps what it learnt about the array there between reads.
+        ``state`` is the :class:`ArrayState` the caller keeps per array (e.g.
+        :class:`~ncore_like.Array` does): the backend keeps what it learnt about the array
+        there between reads.
         """
         if type(selection) is not int:  # numpy integers, 0-d arrays, 1-tuples: ints from here on
             selection = canonical(selection)
-        if type(selection) is int and memo is not None:
-            reader = self._rows(array, memo)
+        if type(selection) is int and state is not None:
+            reader = self._rows(array, state)
             if reader is not None:
                 row = reader(selection, out)
                 if row is not None:
                     return row
-        fast = self._fast(array, selection, memo)
+        fast = self._fast(array, selection, state)
         if isinstance(fast, str):
-            self._count(f"fallback: {fast}")
+            self._fallback(array, fast, state)
             zarr_array = array.zarr
             return _compat.read_selection(zarr_array, selection, _compat.selection_kind(zarr_array, selection), out)
         layout, plan = fast
@@ -352,14 +366,14 @@ class Backend:
         selection: Any = Ellipsis,
         out: NDArray | None = None,
         *,
-        memo: dict[str, Any] | None = None,
+        state: ArrayState | None = None,
     ) -> NDArray:
         """:meth:`read` without blocking the running loop: remote requests are awaited,
         decoding runs on worker threads, so gathered reads overlap both."""
         selection = canonical(selection)
-        fast = self._fast(array, selection, memo)  # planning only: no I/O
+        fast = self._fast(array, selection, state)  # planning only: no I/O
         if isinstance(fast, str):
-            self._count(f"fallback: {fast}")
+            self._fallback(array, fast, state)
             zarr_array = array.zarr
             kind = _compat.selection_kind(zarr_array, selection)
             # Not on the worker pool: zarr-python's record reads use that pool, and fallback
@@ -387,28 +401,28 @@ class Backend:
         if not bytes_like(shape, dtype):
             raise TypeError(f"array {path!r} of dtype {dtype} and shape {shape} is no binary blob")
 
-    def _blob_task(self, array: ArraySource, memo: dict[str, Any] | None) -> tuple[ChunkLayout, ChunkTask] | None:
+    def _blob_task(self, array: ArraySource, state: ArrayState | None) -> tuple[ChunkLayout, ChunkTask] | None:
         self._check_blob(array)
-        fast = self._fast(array, Ellipsis, memo)
+        fast = self._fast(array, Ellipsis, state)
         if isinstance(fast, str):
             return None
         task = self._view_task(array, *fast)
         return None if task is None else (fast[0], task)
 
-    def blob(self, array: ArraySource, *, memo: dict[str, Any] | None = None) -> bytes:
+    def blob(self, array: ArraySource, *, state: ArrayState | None = None) -> bytes:
         """The bytes of a blob array (0-d fixed bytes, or 1-d uint8): its record itself if
         stored as one raw chunk, one copy otherwise. TypeError for other arrays."""
-        found = self._blob_task(array, memo)
+        found = self._blob_task(array, state)
         if found is not None:
             return found[0].archive.read(found[1].key)
-        return self.read(array, memo=memo).tobytes()
+        return self.read(array, state=state).tobytes()
 
-    async def blob_async(self, array: ArraySource, *, memo: dict[str, Any] | None = None) -> bytes:
+    async def blob_async(self, array: ArraySource, *, state: ArrayState | None = None) -> bytes:
         """:meth:`blob` without blocking the running loop."""
-        found = self._blob_task(array, memo)
+        found = self._blob_task(array, state)
         if found is not None:
             return await found[0].archive.read_async(found[1].key)
-        return (await self.read_async(array, memo=memo)).tobytes()
+        return (await self.read_async(array, state=state)).tobytes()
 
 
 def _rebuild_backend(inline_bytes: int, max_bytes_in_flight: int) -> Backend:

@@ -9,10 +9,12 @@ Run ``ncore-like --help`` (or ``python -m ncore_like --help``) for the commands,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -66,6 +68,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog=f"Run '{PROG} COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the library's log records on stderr: retries, cache entries dropped, recovery "
+        "decisions, reads that fall back from the fast path to zarr-python (before COMMAND)",
+    )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     parents = [storage_option_parser()]
     for name, (module_name, summary) in COMMANDS.items():
@@ -81,6 +90,26 @@ def _command(argv: Sequence[str]) -> str:
     options take no values); "" if none (``--help``, ``--version``: no command's module is
     needed)."""
     return next((argument for argument in argv if not argument.startswith("-")), "")
+
+
+@contextlib.contextmanager
+def _logging(verbose: bool) -> Iterator[None]:
+    """With ``-v``, the library's log records (every level) on stderr while a command runs;
+    without it, the library stays quiet (its loggers have no handler but a null one)."""
+    if not verbose:
+        yield
+        return
+    library = logging.getLogger("ncore_like")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(name)s: %(message)s"))
+    level = library.level
+    library.addHandler(handler)
+    library.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        library.setLevel(level)
 
 
 def _exit_code(code: object) -> int:
@@ -115,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _exit_code(exit_.code)
     warn_unused_storage_options(args)
     try:
-        with handling_signals():
+        with handling_signals(), _logging(args.verbose):
             code: int = args.run(args)
     except BrokenPipeError:
         return _stdout_closed()

@@ -17,7 +17,7 @@ from ..archive import Location, error_detail, is_url
 from ..errors import NcoreLikeError
 
 if TYPE_CHECKING:
-    from ..store import IndexedTarZarrStore
+    from ..nodes import IndexedTarZarrStore
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -187,7 +187,7 @@ def open_store(location: Location, *, range_reads: bool = False) -> IndexedTarZa
     """The archive at ``location`` opened for reading, as a store (its records are
     ``store.archive``). ``range_reads``: remote records are fetched with exact range requests,
     so that several threads fetch concurrently (for commands that read many records)."""
-    from ..store import IndexedTarZarrStore  # here: commands reading records alone never import it
+    from ..nodes import IndexedTarZarrStore  # here: commands reading records alone never import it
 
     return IndexedTarZarrStore(location.target, "r", remote_range_reads=range_reads and location.is_remote)
 

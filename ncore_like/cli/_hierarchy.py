@@ -9,10 +9,9 @@ from typing import Literal
 
 from ..archive import IndexedTarArchive
 from ..errors import ArchiveFormatError
-from ..nodes import Array, Group
+from ..nodes import Array, Group, IndexedTarZarrStore, Store
 from ..nodes._array import is_blob as _is_blob
 from ..nodes._compression import describe_codecs
-from ..store import IndexedTarZarrStore, Store
 from ._common import CommandError
 
 __all__ = [

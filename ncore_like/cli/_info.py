@@ -6,8 +6,7 @@ import argparse
 from typing import Any
 
 from ..archive._format import INDEX_TYPE_CBOR_XZ
-from ..nodes import Group
-from ..store import IndexedTarZarrStore
+from ..nodes import Group, IndexedTarZarrStore
 from ._common import add_json_option, archive_store, format_bytes, print_json
 from ._hierarchy import consolidated_keys, is_blob, open_root, root_zarr_format, walk
 

@@ -21,9 +21,8 @@ from .. import _compat
 from .._concurrency import default_workers, ordered_map
 from ..archive import IndexedTarArchive, error_detail, scan_records, verify_archive
 from ..errors import ArchiveExistsError
-from ..nodes import Array, BloscCompression, EncodedArray, Group
+from ..nodes import Array, BloscCompression, EncodedArray, Group, IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ..nodes._compression import describe_codecs
-from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ._common import (
     EXPECTED_ERRORS,
     CommandError,

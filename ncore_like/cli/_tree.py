@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _compat
-from ..nodes import Array, Group
+from ..nodes import Array, Group, IndexedTarZarrStore
 from ..nodes._array import chunk_key_of
-from ..store import IndexedTarZarrStore
 from ._common import (
     add_json_option,
     archive_store,

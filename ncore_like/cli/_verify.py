@@ -10,8 +10,7 @@ from typing import Any
 
 from ..archive import ArchiveReport, Problem, error_detail, verify_archive
 from ..errors import ArchiveFormatError
-from ..nodes import Array, verify_arrays
-from ..store import IndexedTarZarrStore
+from ..nodes import Array, IndexedTarZarrStore, verify_arrays
 from ._common import (
     EXPECTED_ERRORS,
     CommandError,

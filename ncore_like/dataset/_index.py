@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._concurrency import io_loop, sync
-from ..archive import Location
+from ..archive import Location, ReadOptions
 from ..archive._cache import CacheOption, RecordCache, as_cache
 from ..archive._ranges import KnownArchive, describe, record_checksums
-from ..store import ArchiveCollection, IndexedTarZarrStore
+from ..nodes import ArchiveCollection, IndexedTarZarrStore
 from ._fields import Blob, Field, FieldLayout, FieldSpec, Rows, SampleNumber, as_field, resolve
 
 if TYPE_CHECKING:
@@ -279,15 +279,19 @@ def _open_all(
 ) -> list[IndexedTarZarrStore]:
     """Every archive opened for reading, ``concurrency`` at once (remote tails in flight together)."""
 
+    local_options = ReadOptions.of(tail)
+
     async def open_all() -> list[IndexedTarZarrStore]:
         gate = asyncio.Semaphore(max(1, concurrency))
 
         async def one(location: str) -> IndexedTarZarrStore:
-            remote = Location(location).local is None
+            where = Location(location)
+            if where.local is None:  # remote: the storage options and the cache apply
+                where, read_options = Location(location, options), ReadOptions.of(tail, cache=cache)
+            else:
+                read_options = local_options
             async with gate:
-                return await IndexedTarZarrStore.open_async(
-                    location, tail, storage_options=options if remote else None, cache=cache if remote else None
-                )
+                return await IndexedTarZarrStore._reading_async(where, read_options)
 
         results = await asyncio.gather(*(one(location) for location in locations), return_exceptions=True)
         opened = [result for result in results if isinstance(result, IndexedTarZarrStore)]

@@ -31,7 +31,7 @@ from ..errors import ChecksumError
 from ._fields import Blob, Rows, SampleNumber
 
 if TYPE_CHECKING:
-    from ..store import ArchiveCollection
+    from ..nodes import ArchiveCollection
     from ._index import SampleIndex
 
 __all__ = ["GAP_BYTES", "SampleReader"]
@@ -230,7 +230,7 @@ class SampleReader:
     def _root(self, sequence: int) -> Any:
         with self._lock:
             if self._collection is None:
-                from ..store import ArchiveCollection
+                from ..nodes import ArchiveCollection
 
                 index = self._index
                 self._collection = ArchiveCollection(

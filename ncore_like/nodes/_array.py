@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from .. import _compat
 from ..archive import IndexedTarArchive
-from ..backend import Backend, bytes_like, is_blob as backend_is_blob
+from ..backend import ArrayState, Backend, bytes_like, is_blob as backend_is_blob
 from ..backend._selection import canonical, expanded, is_basic
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
@@ -59,9 +59,6 @@ def is_blob(array: Array) -> bool:
     if array._view is not None and array.archive is not None:
         return array._blob_record_key() is not None
     return backend_is_blob(array.zarr)
-
-
-_UNKNOWN = object()
 
 
 class _ChunkWriter(NamedTuple):
@@ -121,11 +118,12 @@ class Array(_ArrayNode):
     ) -> None:
         super().__init__(array, view, store)
         self._backend = backend if backend is not None else Backend()
-        self._memo: dict[str, Any] = {}  # what the backend learnt about this array
+        self._state = ArrayState()  # what the backend learnt about this array
+        self._writer: tuple[_ChunkWriter | None] | None = None  # how chunks are encoded, once known
 
     def __getstate__(self) -> dict[str, Any]:
-        # The memo is a cache of the backend's (and may hold what doesn't pickle).
-        return {**self.__dict__, "_memo": {}}
+        # The state is a cache of the backend's (and may hold what doesn't pickle).
+        return {**self.__dict__, "_state": ArrayState(), "_writer": None}
 
     @property
     def view(self) -> ArrayView | None:
@@ -206,7 +204,7 @@ class Array(_ArrayNode):
             raise ValueError(f"{self._where()}: copy=False is impossible, the values are read into new memory")
         # Read into new memory already: writeable unless it is a view of a raw record, which a
         # copy asked for (numpy.array) turns into memory of its own.
-        values = self._backend.read(self, Ellipsis, None, memo=self._memo)
+        values = self._backend.read(self, Ellipsis, None, state=self._state)
         if dtype is not None and np.dtype(dtype) != values.dtype:
             return values.astype(dtype)
         return values.copy() if copy and not values.flags.writeable else values
@@ -301,7 +299,7 @@ class Array(_ArrayNode):
 
     def _shape_of(self, selection: Selection) -> tuple[int, ...]:
         try:
-            return self._backend.shape(self, selection, memo=self._memo)
+            return self._backend.shape(self, selection, state=self._state)
         except _SELECTION_ERRORS as error:
             named = _named(error, self._where())
             if named is error:
@@ -328,7 +326,7 @@ class Array(_ArrayNode):
         if out is not None:
             self._checked_out(out, self._shape_of(selection))
         try:
-            result = self._backend.read(self, selection, out, memo=self._memo)
+            result = self._backend.read(self, selection, out, state=self._state)
         except _SELECTION_ERRORS as error:
             named = _named(error, self._where())
             if named is error:
@@ -342,7 +340,7 @@ class Array(_ArrayNode):
         if out is not None:
             self._checked_out(out, self._shape_of(selection))
         try:
-            result = await self._backend.read_async(self, selection, out, memo=self._memo)
+            result = await self._backend.read_async(self, selection, out, state=self._state)
         except _SELECTION_ERRORS as error:
             named = _named(error, self._where())
             if named is error:
@@ -353,11 +351,11 @@ class Array(_ArrayNode):
     def read_bytes(self) -> bytes:
         """The blob stored by :meth:`Group.create_bytes_array`: its record itself when stored
         as one uncompressed chunk, one copy otherwise. TypeError for arrays that are no blob."""
-        return self._backend.blob(self, memo=self._memo)
+        return self._backend.blob(self, state=self._state)
 
     async def read_bytes_async(self) -> bytes:
         """:meth:`read_bytes` without blocking the running event loop."""
-        return await self._backend.blob_async(self, memo=self._memo)
+        return await self._backend.blob_async(self, state=self._state)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -441,10 +439,9 @@ class Array(_ArrayNode):
     def _chunk_writer(self) -> _ChunkWriter | None:
         """How whole chunks of this array are encoded, None if zarr-python must do it (codecs
         other than one Blosc compressor, filters, Fortran order...); memoised."""
-        writer = self._memo.get("chunk_writer", _UNKNOWN)
-        if writer is _UNKNOWN:
-            writer = self._memo["chunk_writer"] = self._find_chunk_writer()
-        return writer  # type: ignore[no-any-return]
+        if self._writer is None:
+            self._writer = (self._find_chunk_writer(),)
+        return self._writer[0]
 
     def _find_chunk_writer(self) -> _ChunkWriter | None:
         view = self._view

@@ -1,6 +1,8 @@
 """Layer 2: zarr hierarchies in stores: ``IndexedTarZarrStore`` (a zarr-python store over
 an archive), ``ZarrStoreAdapter`` (any other zarr-python store) and the compressed
-consolidated metadata records. Recovery is imported on first use."""
+consolidated metadata records. Their root groups are zarr-python's: the public classes of
+the same names, whose root groups are typed, are composed in :mod:`ncore_like.nodes`.
+Recovery is imported on first use."""
 
 from typing import TYPE_CHECKING
 
@@ -8,7 +10,6 @@ from .._lazy import lazy_exports
 from ..errors import ConsolidatedMetadataError
 from ._adapter import ZarrStoreAdapter
 from ._base import Store
-from ._collection import ArchiveCollection
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
 from ._itar_store import IndexedTarZarrStore, is_itar_zarr_store
 
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CONSOLIDATED_KEY_V2",
     "CONSOLIDATED_KEY_V3",
-    "ArchiveCollection",
     "ConsolidatedMetadataError",
     "IndexedTarZarrStore",
     "ItarZarrStore",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from .. import _compat
 from ..archive._location import Location
@@ -24,7 +24,7 @@ class ZarrStoreAdapter(Store):
         super().__init__(zarr_store)
 
     @classmethod
-    def directory(cls, path: str | PurePath | UPath) -> ZarrStoreAdapter:
+    def directory(cls, path: str | PurePath | UPath) -> Self:
         """A hierarchy in a local directory (a folder per node, a file per record, e.g. for
         debugging); existing files are kept when writing."""
         location = Location(path).local

@@ -1,17 +1,15 @@
 """``Store``: the abstract store of a zarr hierarchy, and the root-group operations all
 stores share (create, open from node metadata or from one consolidated record, consolidate).
 
-The store layer builds zarr-python root groups; the typed :class:`~ncore_like.Group` that
-:meth:`Store.open_root_group` and :meth:`Store.create_root_group` return belongs to the
-layer above, which installs itself here (:func:`install_typed_layer`) when it is imported:
-this layer never imports it (names of higher layers appear in annotations only).
+The store layer builds zarr-python's root groups; the public store classes, whose
+``open_root_group`` and ``create_root_group`` wrap them in typed groups, are composed in the
+typed layer (``ncore_like/nodes/_stores.py``): this layer never reaches it.
 """
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Self
 
 from .. import _compat
 from ..errors import ReadOnlyError
@@ -26,43 +24,11 @@ from ._consolidated import (
 )
 from ._metadata import ArrayView, NodeView
 
-if TYPE_CHECKING:
-    from ..backend import Backend
-    from ..nodes import Group
-
-__all__ = ["Consolidated", "Store", "TypedLayer", "install_typed_layer"]
+__all__ = ["Consolidated", "Store"]
 
 ZarrFormat = Literal[2, 3]
 Attributes = dict[str, Any]
 Consolidated = bool | Literal["auto"]
-
-
-class TypedLayer(Protocol):
-    """How the typed layer (:mod:`ncore_like.nodes`) wraps the root groups of a store."""
-
-    def open_root_group(self, store: Store, consolidated: Consolidated, backend: Backend | None) -> Group: ...
-
-    def create_root_group(
-        self, store: Store, attributes: Attributes, zarr_format: ZarrFormat, backend: Backend | None
-    ) -> Group: ...
-
-
-_typed_layer: TypedLayer | None = None
-
-
-def install_typed_layer(layer: TypedLayer) -> None:
-    """Called once by :mod:`ncore_like.nodes` on import: the typed layer that wraps root groups."""
-    global _typed_layer
-    _typed_layer = layer
-
-
-def _typed() -> TypedLayer:
-    if _typed_layer is None:
-        # The typed layer installs itself when imported; importing it by name keeps this layer
-        # free of a static dependency on the one above (``ncore_like`` imports it lazily).
-        importlib.import_module("ncore_like.nodes")
-    assert _typed_layer is not None, "ncore_like.nodes did not install the typed layer"
-    return _typed_layer
 
 
 class Store(ABC):
@@ -109,7 +75,7 @@ class Store(ABC):
     def reload_resources(self) -> None:  # noqa: B027 - a no-op unless a store holds file resources
         """Re-opens file resources (e.g. in a forked process); no-op by default."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, error_type: type[BaseException] | None, *exc_info: object) -> None:
@@ -178,21 +144,9 @@ class Store(ABC):
 
     # -- hierarchy -----------------------------------------------------------------------
 
-    def create_root_group(
-        self, attributes: Attributes | None = None, *, zarr_format: ZarrFormat = 2, backend: Backend | None = None
-    ) -> Group:
-        """Creates the root group of the hierarchy in zarr format 2 (default, readable by all
-        zarr-python versions) or 3. Its arrays read through ``backend`` (default: a new
-        :class:`~ncore_like.backend.Backend` with the default settings)."""
-        self._check_writable()
-        try:
-            zarr_format = _compat.check_zarr_format(zarr_format)
-        except ValueError as error:
-            raise ValueError(f"{self.name}: {error}") from None
-        return _typed().create_root_group(self, dict(attributes or {}), zarr_format, backend)
-
     def create_zarr_root_group(self, attributes: Attributes, zarr_format: ZarrFormat) -> _compat.ZarrGroup:
-        """Creates the root group as zarr-python's group (the typed layer wraps it)."""
+        """Creates the root group as zarr-python's group (the public stores' typed
+        ``create_root_group`` wraps it)."""
         self._check_writable()
         return _compat.create_group(self._zarr_store, attributes, zarr_format)
 
@@ -206,18 +160,16 @@ class Store(ABC):
     def _reading_store(self) -> _compat.ZarrStore:
         return _compat.reading_store(self._zarr_store)
 
-    def open_root_group(self, consolidated: Consolidated = True, *, backend: Backend | None = None) -> Group:
-        """Opens the root group of the hierarchy for reading.
-
-        ``True``: from the consolidated metadata record alone (``KeyError`` if there is none,
-        see :meth:`consolidate`); ``False``: from the node metadata records; ``"auto"``: from
-        the consolidated record if there is one. Its arrays read through ``backend``
-        (default: a new :class:`~ncore_like.backend.Backend` with the default settings).
-        """
-        return _typed().open_root_group(self, consolidated, backend)
+    def _node_records_store(self) -> _compat.ZarrStore:
+        """The store an unconsolidated open reads node metadata from (the node metadata
+        records, never a consolidated record)."""
+        return self._reading_store()
 
     def open_zarr_root_group(self, consolidated: Consolidated = True) -> _compat.ZarrGroup:
-        """Opens the root group for reading as zarr-python's group (see :meth:`open_root_group`)."""
+        """Opens the root group for reading as zarr-python's group (the public stores' typed
+        ``open_root_group`` wraps it): ``True`` from the consolidated metadata record alone
+        (``KeyError`` if there is none), ``False`` from the node metadata records,
+        ``"auto"`` from the consolidated record if there is one."""
         if consolidated not in (True, False, "auto"):
             raise ValueError(f"{self.name}: consolidated must be True, False or 'auto', got {consolidated!r}")
         record = self._consolidated_record() if consolidated else None
@@ -227,7 +179,7 @@ class Store(ABC):
                     f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
                     f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
                 )
-            group: _compat.ZarrGroup = _compat.open_group(self._reading_store())
+            group: _compat.ZarrGroup = _compat.open_group(self._node_records_store())
         else:
             zarr_format, data = record
             group = self._open_consolidated(data, zarr_format)

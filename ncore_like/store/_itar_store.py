@@ -7,11 +7,20 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeGuard
 
 from .. import _compat
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, IndexTailRetention, OpenMode, RetryPolicy, is_node_metadata_key, read_records
+from ..archive import (
+    IndexedTarArchive,
+    IndexTailRetention,
+    Location,
+    OpenMode,
+    ReadOptions,
+    RetryPolicy,
+    is_node_metadata_key,
+    read_records,
+)
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Consolidated, Store
@@ -62,19 +71,26 @@ class IndexedTarZarrStore(Store):
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._archive = IndexedTarArchive(
-            itar_path,
-            mode,
-            index_tail_read_size,
-            remote_range_reads,
-            verify_checksums=verify_checksums,
-            checksums=checksums,
-            storage_options=storage_options,
-            cache=cache,
-            retry=retry,
-        )
+        if mode == "r":
+            options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+            self._archive = IndexedTarArchive._reading(Location(itar_path, storage_options), options)
+        else:
+            self._archive = IndexedTarArchive(
+                itar_path, mode, verify_checksums=verify_checksums, checksums=checksums, storage_options=storage_options
+            )
         super().__init__()
         self._init_views()
+
+    @classmethod
+    def _reading(cls, location: Location, options: ReadOptions) -> Self:
+        """A store opened for reading with options built once by the caller (a collection's)."""
+        return cls._of_archive(IndexedTarArchive._reading(location, options))
+
+    @classmethod
+    async def _reading_async(cls, location: Location, options: ReadOptions) -> Self:
+        """:meth:`open_async` with options built once by the caller."""
+        keys = (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3)
+        return cls._of_archive(await IndexedTarArchive._reading_async(location, options, prefetch_keys=keys))
 
     def _make_zarr_store(self) -> _compat.ZarrStore:
         from ._zarr_store import ItarZarrStore  # zarr-python: imported when first needed
@@ -82,14 +98,16 @@ class IndexedTarZarrStore(Store):
         return ItarZarrStore(self._archive)
 
     def _init_views(self) -> None:
-        # Node metadata documents of the consolidated record (once opened from it), and the
-        # views of nodes looked up: an archive opened for reading never changes.
+        # Node metadata documents of the consolidated record (once opened from it) or of the
+        # node metadata records (once loaded), and the views of nodes looked up: an archive
+        # opened for reading never changes. The store serves the source of its latest open.
         self._documents: dict[str, Any] | None = None
+        self._consolidated_documents = False
         self._views: dict[tuple[str, int], NodeView | None] = {}
         self._view_store: ItarZarrStore | None = None
 
     @classmethod
-    def _of_archive(cls, archive: IndexedTarArchive) -> IndexedTarZarrStore:
+    def _of_archive(cls, archive: IndexedTarArchive) -> Self:
         store = cls.__new__(cls)
         store._archive = archive
         Store.__init__(store)
@@ -107,20 +125,11 @@ class IndexedTarZarrStore(Store):
         storage_options: Mapping[str, Any] | None = None,
         cache: CacheOption = None,
         retry: RetryPolicy | None = None,
-    ) -> IndexedTarZarrStore:
+    ) -> Self:
         """Opens a store for reading without blocking the running loop; the consolidated
         metadata record is fetched while opening (see :meth:`IndexedTarArchive.open_async`)."""
-        archive = await IndexedTarArchive.open_async(
-            itar_path,
-            index_tail_read_size,
-            remote_range_reads,
-            prefetch_keys=(CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3),
-            verify_checksums=verify_checksums,
-            storage_options=storage_options,
-            cache=cache,
-            retry=retry,
-        )
-        return cls._of_archive(archive)
+        options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
+        return await cls._reading_async(Location(itar_path, storage_options), options)
 
     @property
     def archive(self) -> IndexedTarArchive:
@@ -177,46 +186,71 @@ class IndexedTarZarrStore(Store):
         per node costs a round trip each. Archives opened for reading; no-op once done, or
         when the hierarchy was opened from its consolidated record."""
         archive = self._archive
-        if archive.mode != "r" or self._documents is not None:
+        if archive.mode != "r" or (self._documents is not None and not self._consolidated_documents):
             return
         keys = [key for key in archive.keys() if is_node_metadata_key(key) and not is_consolidated_metadata_key(key)]
         documents = {key: self._parsed(key, data) for key, data in read_records(archive, keys)}
-        self._documents = documents
-        self._view_store = _zarr_store(archive, node_metadata=documents)
+        self._documents, self._consolidated_documents = documents, False
+        self._view_store = None  # zarr-python's store of the documents: built when needed
         self._views.clear()
 
     def _reading_store(self) -> _compat.ZarrStore:
         # Once the node metadata is loaded, zarr-python reads it from memory too.
-        return self._view_store if self._view_store is not None else super()._reading_store()
+        store = self._documents_store()
+        return store if store is not None else super()._reading_store()
+
+    def _documents_store(self) -> ItarZarrStore | None:
+        """zarr-python's store serving the node metadata documents held (of the consolidated
+        record, or loaded), built on first use; None if none are held."""
+        if self._view_store is None and self._documents is not None:
+            self._view_store = _zarr_store(self._archive, node_metadata=self._documents)
+        return self._view_store
+
+    def _node_records_store(self) -> _compat.ZarrStore:
+        self._forget_consolidated()
+        return self._reading_store()
+
+    def _forget_consolidated(self) -> None:
+        # Opened from the node metadata records: the documents of a consolidated record
+        # opened before are not theirs (they may disagree), so lookups go to the records.
+        if self._consolidated_documents:
+            self._documents, self._view_store, self._consolidated_documents = None, None, False
+            self._views.clear()
 
     def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> _compat.ZarrGroup:
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
         metadata = decoded_consolidated(record, zarr_format, self.name)
-        self._documents = metadata
-        self._view_store = _zarr_store(self._archive, node_metadata=metadata)
-        return _compat.open_group(self._view_store)
+        if self._documents is not metadata:
+            self._views.clear()  # views of another source (node records)
+        self._documents, self._consolidated_documents, self._view_store = metadata, True, None
+        store = self._documents_store()
+        assert store is not None
+        return _compat.open_group(store)
 
     # -- node views (the typed layer's lookups, without zarr-python) -----------------------
 
     def open_root_view(self, consolidated: Consolidated = True) -> GroupView:
         """The view of the root group, opened as :meth:`open_zarr_root_group` opens
-        zarr-python's (the same choice of records and the same errors) but without
-        zarr-python: reading an archive never needs it. Archives opened for reading."""
+        zarr-python's (the same records and the same errors) but without zarr-python:
+        reading an archive never needs it. Archives opened for reading."""
         if consolidated not in (True, False, "auto"):
             raise ValueError(f"{self.name}: consolidated must be True, False or 'auto', got {consolidated!r}")
         record = self._consolidated_record() if consolidated else None
         if record is not None:
             zarr_format, data = record
-            self._documents = decoded_consolidated(data, zarr_format, self.name)
-            self._views.clear()
+            metadata = decoded_consolidated(data, zarr_format, self.name)
+            if self._documents is not metadata:
+                self._views.clear()  # views of another source (node records)
+            self._documents, self._consolidated_documents, self._view_store = metadata, True, None
         elif consolidated is True:
             raise KeyError(
                 f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
                 f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
             )
         else:
+            self._forget_consolidated()  # lookups go to the node metadata records
             zarr_format = 2 if ".zgroup" in self._archive else 3
         view = self.node_view("", zarr_format)
         if view is None:  # as zarr-python says it
@@ -276,9 +310,7 @@ class IndexedTarZarrStore(Store):
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""
         if self._archive.mode == "w":  # arrays created in this store
             return super().zarr_node(view)
-        if self._view_store is None and self._documents is not None:  # opened as a view
-            self._view_store = _zarr_store(self._archive, node_metadata=self._documents)
-        store = self._view_store or _zarr_store(self._archive)
+        store = self._documents_store() or _zarr_store(self._archive)
         if isinstance(view, ArrayView):
             return _compat.array_from_document(store, view.path, dict(view.document))
         assert isinstance(view, GroupView)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._compat import SyncZarrStore
 from .._concurrency import run_in_worker
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive
+from ..archive import IndexedTarArchive, Location, ReadOptions
 from ..archive._format import is_node_metadata_key
 from ..errors import ConsolidatedMetadataError, ReadOnlyError, RecordExistsError
 from ._consolidated import (
@@ -80,13 +80,11 @@ class ItarZarrStore(SyncZarrStore):
                 raise ReadOnlyError("archive is opened for reading, store can't write", archive=archive.location.name)
         else:
             read_only = True if read_only is None else read_only
-            archive = IndexedTarArchive(
-                itar,
-                mode="r" if read_only else "w",
-                index_tail_read_size=index_tail_read_size,
-                remote_range_reads=remote_range_reads,
-                verify_checksums=verify_checksums,
-            )
+            if read_only:
+                options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums)
+                archive = IndexedTarArchive._reading(Location(itar), options)
+            else:
+                archive = IndexedTarArchive(itar, mode="w", verify_checksums=verify_checksums)
             owned = True
         super().__init__(read_only=read_only)
         self._archive = archive

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _compat
 from ..archive import IndexedTarArchive, Location
-from ..nodes import Group
-from ..store import IndexedTarZarrStore, Store, ZarrStoreAdapter, is_consolidated_metadata_key
+from ..nodes import Group, IndexedTarZarrStore, Store, ZarrStoreAdapter
+from ..store import is_consolidated_metadata_key
 
 if TYPE_CHECKING:
     from upath import UPath

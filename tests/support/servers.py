@@ -9,7 +9,7 @@ bounded; a server that fails to start raises :class:`ServerStartError` with its
 stderr.
 
 Usable from pytest (see :mod:`tests.support.fixtures`) and from plain scripts
-(with the repository root on ``sys.path``)::
+(run as modules from the repository root, ``python -m scripts.bench_x``)::
 
     from tests.support.servers import s3_storage_options, start_http, start_moto, start_proxy
 

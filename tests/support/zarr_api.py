@@ -51,6 +51,14 @@ def open_group(store: Any, mode: str = "r", *, zarr_format: int = 2, attributes:
     return group
 
 
+def open_unconsolidated(store: Any) -> Any:
+    """``zarr.open_group`` for reading from the node metadata records alone (zarr-python 3
+    would use consolidated metadata where the store has some)."""
+    if ZARR_MAJOR >= 3:
+        return zarr.open_group(store, mode="r", use_consolidated=False)  # type: ignore[arg-type]
+    return zarr.open_group(store, mode="r")  # type: ignore[arg-type]
+
+
 def open_consolidated(store: Any) -> Any:
     """``zarr.open_consolidated`` for reading."""
     return zarr.open_consolidated(store, mode="r")

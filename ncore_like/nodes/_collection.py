@@ -16,17 +16,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .._defaults import TAIL_READ_SIZE
-from ..archive import IndexedTarArchive, Location, RetryPolicy, is_url
-from ..archive._cache import CacheOption, as_cache
-from ._itar_store import IndexedTarZarrStore
-
-if TYPE_CHECKING:
-    from ..nodes import Group
+from ..archive import IndexedTarArchive, Location, ReadOptions, RetryPolicy, is_url
+from ..archive._cache import CacheOption
+from ..archive._reading import DEFAULT_RETRY
+from ._group import Group
+from ._stores import IndexedTarZarrStore
 
 __all__ = ["ArchiveCollection"]
 
@@ -79,9 +78,8 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         self._locations: list[str] = [str(location) for location in locations]
         self._options = options
         self._max_open = max_open
-        self._cache = as_cache(cache)
-        self._open_options = (index_tail_read_size, bool(remote_range_reads), verify_checksums)
-        self._retry = retry
+        # Built once, checked here, and passed to every archive opened (in every process).
+        self._read_options = ReadOptions.of(index_tail_read_size, remote_range_reads, verify_checksums, cache, retry)
         self._init_open()
 
     def _init_open(self) -> None:
@@ -92,20 +90,18 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
     # -- pickling: the locations only; each process opens what it reads ---------------------
 
     def __getstate__(self) -> dict[str, Any]:
+        retry = self._read_options.retry
         return {
             "locations": self._locations,
             "options": self._options,
             "max_open": self._max_open,
-            "cache": self._cache,
-            "open": self._open_options,
-            "retry": self._retry,
+            # The default retry policy is the receiving process's own (a few bytes, not its fields).
+            "read_options": (*self._read_options[:4], None if retry is DEFAULT_RETRY else retry),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._locations, self._options, self._max_open = state["locations"], state["options"], state["max_open"]
-        self._cache = state.get("cache")
-        self._open_options = state.get("open", (TAIL_READ_SIZE, False, True))
-        self._retry = state.get("retry")
+        self._read_options = ReadOptions.of(*state["read_options"])
         self._init_open()
 
     # -- the archives ---------------------------------------------------------------------
@@ -133,19 +129,11 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             if store is not None:
                 self._open.move_to_end(index)
                 return store
-        location = self._locations[index]
-        remote = Location(location).local is None
+        location = Location(self._locations[index])
+        if location.local is None:
+            location = Location(self._locations[index], self._options)
         # Outside the lock: opening may take a request.
-        tail, range_reads, verify = self._open_options
-        opened = IndexedTarZarrStore(
-            location,
-            index_tail_read_size=tail,
-            remote_range_reads=range_reads,
-            verify_checksums=verify,
-            storage_options=self._options if remote else None,
-            cache=self._cache,
-            retry=self._retry,
-        )
+        opened = IndexedTarZarrStore._reading(location, self._read_options)
         with self._lock:
             store = self._open.setdefault(index, opened)  # another thread may have been first
             self._open.move_to_end(index)
