@@ -93,3 +93,15 @@ def test_read_only_commands_import_no_zarr(archive: Path, command: list[str]) ->
         f"assert main({arguments!r}) == 0\n"
     )
     assert not zarr_imported(code)
+
+
+def test_a_blocking_local_read_imports_neither_asyncio_nor_fsspec(archive: Path) -> None:
+    code = (
+        "from ncore_like import IndexedTarZarrStore\n"
+        f"store = IndexedTarZarrStore({str(archive)!r})\n"
+        "store.open_root_group().group('g').array('rows').read(3)\n"
+        "print(sorted(m for m in ('asyncio', 'fsspec', 'upath', 'zarr') if m in sys.modules), file=sys.__stdout__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

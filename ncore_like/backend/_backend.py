@@ -12,14 +12,13 @@ returns what zarr-python returns.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,9 +33,24 @@ from ._state import ArrayState, RowReader
 
 __all__ = ["Backend"]
 
+T = TypeVar("T")
+
 logger = logging.getLogger("ncore_like.backend.fallback")
 
 NDArray = np.ndarray[Any, Any]
+
+
+async def _gather(*awaitables: Any) -> list[Any]:
+    import asyncio  # here: blocking local reads never need it
+
+    return await asyncio.gather(*awaitables)
+
+
+async def _in_new_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` on a new thread (``asyncio.to_thread``)."""
+    import asyncio
+
+    return await asyncio.to_thread(function, *args)
 
 
 class _ByteBudget:
@@ -45,6 +59,8 @@ class _ByteBudget:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._used = 0
+        import asyncio  # here: blocking local reads never need it (~8 ms of a first import)
+
         self._changed = asyncio.Condition()
 
     @contextlib.asynccontextmanager
@@ -299,7 +315,7 @@ class Backend:
             if len(plan.tasks) <= 1 or plan.stored_bytes < self.inline_bytes:
                 await run_in_worker(self._run_local, layout, plan, out)
             else:
-                await asyncio.gather(
+                await _gather(
                     *(run_in_worker(self._place, task, layout, out, plan.drop_axes, None) for task in plan.tasks)
                 )
             return
@@ -315,7 +331,7 @@ class Backend:
 
         # All requests go out at once (within the budget); each chunk decodes on a worker
         # thread as soon as its bytes arrive.
-        await asyncio.gather(*(fetch_and_decode(task) for task in plan.tasks))
+        await _gather(*(fetch_and_decode(task) for task in plan.tasks))
 
     # -- public API ----------------------------------------------------------------------
 
@@ -378,7 +394,7 @@ class Backend:
             kind = _compat.selection_kind(zarr_array, selection)
             # Not on the worker pool: zarr-python's record reads use that pool, and fallback
             # reads occupying it while they wait for them would starve it.
-            return await asyncio.to_thread(_compat.read_selection, zarr_array, selection, kind, out)
+            return await _in_new_thread(_compat.read_selection, zarr_array, selection, kind, out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)
