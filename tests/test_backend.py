@@ -291,7 +291,8 @@ def test_a_fallback_is_logged_once_per_array_with_the_array_and_why(
         warnings.simplefilter("ignore")
 
         def build(root: Any) -> None:
-            zarr_api.create_array_with(root.zarr, "s", shape=(3,), dtype=str, chunks=(2,))[...] = ["a", "bb", "c"]
+            strings = np.array(["a", "bb", "c"], dtype=object)
+            zarr_api.create_array_with(root.zarr, "s", shape=(3,), dtype=str, chunks=(2,))[...] = strings
             root.create_array("fast", np.arange(6.0), chunks=(2,))
 
         write(path, build, zarr_format=zarr_format)
