@@ -251,12 +251,23 @@ class IndexedTarZarrStore(Store):
             )
         else:
             self._forget_consolidated()  # lookups go to the node metadata records
-            zarr_format = 2 if ".zgroup" in self._archive else 3
+            zarr_format = 2 if ".zgroup" in self._archive or "zarr.json" not in self._archive else 3
+        if zarr_format == 3:
+            try:
+                _compat.check_zarr_format(3)  # zarr-python 2 reads no format 3
+            except ValueError as error:
+                raise ValueError(f"{self.name}: {error}") from None
         view = self.node_view("", zarr_format)
         if view is None:  # as zarr-python says it
             raise FileNotFoundError(errno.ENOENT, "no root group (no .zgroup or zarr.json record)", self.name)
         if not isinstance(view, GroupView):
             raise NodeMetadataError("the root node is an array, not a group", archive=self.name)
+        found = view.document.get("zarr_format")
+        if found != zarr_format:
+            raise NodeMetadataError(
+                f"the metadata of node '/' can't be understood (zarr_format {found!r}, expected {zarr_format})",
+                archive=self.name,
+            )
         return view
 
     @property
