@@ -8,6 +8,7 @@ from where the pool starts to win. Run: ``.venv/bin/python -m scripts.bench_inli
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import tempfile
 import time
@@ -30,6 +31,7 @@ def median_read_us(array: Array, out: np.ndarray, repeats: int = 200) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     rng = np.random.default_rng(0)
     print("chunk KiB  stored KiB  inline us  pool us  pool/inline")
     with tempfile.TemporaryDirectory() as folder:

@@ -366,9 +366,9 @@ class Measured:
     name: str
     samples_per_s: list[float]
     """Of the whole epoch, the first batch's wait included."""
+    first_batch: list[float]
     steady_per_s: list[float] = field(default_factory=list)
     """After the first batch."""
-    first_batch: list[float]
     requests: int = 0
     moved: int = 0
     mixing: float = 0.0
