@@ -23,6 +23,11 @@ measured in the same process, with the repetitions of both sides interleaved. Wo
 4. Time to first array read of a 200-array hierarchy (10,000 chunk records): open store +
    root group + read one array, ours (consolidated / not) vs zarr-python 3 on a ``ZipStore``
    and on a ``LocalStore`` of the same hierarchy (consolidated / not).
+5. First open of a 20,000-record hierarchy (20 arrays of 1,000 row chunks of 1-4 KB) +
+   consolidated root group + one row read, as the first open in the process (target <= 3 ms)
+   and again (index cached, target < 1 ms), side by side with the same archive in the
+   layout written before the record table (its xz index with the CRC32C list, read by
+   decoding it); and the sizes of the two indices (target: at most 2 x).
 
 Prints one table (ratio, target, raw medians); ``--json PATH`` also writes the results.
 
@@ -63,10 +68,11 @@ import zarr.storage
 from upath import UPath
 
 import scripts._benchlib as bench
-from ncore_like import IndexedTarArchive, IndexedTarZarrStore, Record, clear_caches
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, Record, clear_caches
 from ncore_like._defaults import TAIL_READ_SIZE
 from ncore_like.archive import scan_records
-from ncore_like.archive._format import BLOCK_SIZE, unpack_index_header
+from ncore_like.archive._format import BLOCK_SIZE, encode_index, pack_index_header, padding, unpack_index_header
+from ncore_like.archive._table import decode_table, unpack_table_pointer
 from scripts._benchlib import MB, Row, median_times, ms, pread_all, us, verification_cost, warm_page_cache
 
 Trial = tuple[float, list[dict[str, Any]]]  # wall time, the server's request log
@@ -93,6 +99,8 @@ class Config:
     chunks_per_array: int = 50
     chunk_elements: int = 100
     store_repeats: int = 25
+    first_arrays: int = 20
+    first_rows: int = 1000
     seed: int = 0
 
 
@@ -112,6 +120,8 @@ def configure(args: argparse.Namespace) -> Config:
         remote_repeats=1,
         arrays=12,
         store_repeats=5,
+        first_arrays=4,
+        first_rows=250,
         seed=args.seed,
     )
 
@@ -701,9 +711,82 @@ def bench_store(run: bench.Run[Config]) -> list[Row]:
     return rows
 
 
+# -- workload 5: first open of a 20,000-record archive --------------------------------------------
+
+
+def as_previous_layout(path: Path, target: Path) -> int:
+    """Writes ``path`` as versions before the record table wrote it (the CRC32C list in the xz
+    index, no table) to ``target``; returns the size of that index."""
+    data = path.read_bytes()
+    header = unpack_index_header(data[-BLOCK_SIZE:], str(path))
+    pointer = unpack_table_pointer(data, header.offset)
+    assert pointer is not None, "written with checksums: it has a record table"
+    table = decode_table(data[pointer.offset : pointer.offset + pointer.size], pointer, str(path))
+    index = encode_index(table.keys, table.offsets, table.sizes, table.checksums)
+    target.write_bytes(
+        data[: pointer.offset] + index + bytes(padding(len(index))) + pack_index_header(pointer.offset, len(index))
+    )
+    return len(index)
+
+
+def bench_first_open(run: bench.Run[Config]) -> list[Row]:
+    config, rng = run.config, run.generator
+    path = run.tmp / "first.itar"
+    arrays, rows = config.first_arrays, config.first_rows
+    with IndexedTarZarrStore(path, "w") as store:
+        root = store.create_root_group({"bench": "first open"})
+        for index in range(arrays):
+            # Rows of 1-4 KB once compressed: half of each row's values random, half zeros.
+            values = np.zeros((rows, 512), np.float32)
+            values[:, : int(rng.integers(128, 512))] = rng.standard_normal((rows, 1)).astype(np.float32)
+            root.create_array(f"a{index:02d}", values, chunks=(1, 512), compression=BloscCompression())
+        store.consolidate()
+    previous = run.tmp / "previous.itar"
+    previous_size = as_previous_layout(path, previous)
+    data = path.read_bytes()
+    header = unpack_index_header(data[-BLOCK_SIZE:], str(path))
+    pointer = unpack_table_pointer(data, header.offset)
+    assert pointer is not None
+    now_size = len(data) - BLOCK_SIZE - pointer.offset  # table, xz index and their padding
+    warm_page_cache(path, previous)
+    target, row = f"a{arrays // 2:02d}", rows // 3
+    expected = IndexedTarZarrStore(path).open_root_group().array(target).read(row)
+
+    def first(archive: Path, cached: bool = False) -> Callable[[], object]:
+        def go() -> object:
+            if not cached:
+                clear_caches()
+            with IndexedTarZarrStore(archive) as store:
+                return store.open_root_group().array(target).read(row)
+
+        return go
+
+    functions = {"table": first(path), "previous": first(previous), "table again": first(path, cached=True)}
+    for function in functions.values():
+        bench.expect(np.array_equal(np.asarray(function()), expected), "first open reads the row")
+    times = median_times(functions, config.open_repeats)
+    with IndexedTarArchive(path) as archive:
+        records = len(archive)
+    detail = (
+        f"record table {ms(times['table'])}, xz index with CRC32C list (before) {ms(times['previous'])}; "
+        f"{records} records"
+    )
+    return [
+        Row("5 first open", f"first open + consolidated root + one row, {records} records",
+            times["table"] / times["previous"], "time table/before", "<= 3 ms", times["table"] <= 0.003,
+            dict(times), detail),
+        Row("5 first open", "open again (index cached) + root + one row", times["table again"] / times["table"],
+            "time again/first", "< 1 ms", times["table again"] < 0.001, {}, f"again {ms(times['table again'])}"),
+        Row("5 first open", "index bytes: record table + xz index vs xz index with CRC32C list",
+            now_size / previous_size, "size now/before", "<= 2.00x", now_size <= 2 * previous_size,
+            {"now_bytes": now_size, "before_bytes": previous_size},
+            f"now {now_size / 1e3:.0f} kB (table {pointer.size / 1e3:.0f} kB), before {previous_size / 1e3:.0f} kB"),
+    ]  # fmt: skip
+
+
 WORKLOADS = {
     "reads": bench_reads, "open": bench_open, "remote": bench_remote, "s3": bench_s3, "scan": bench_scan,
-    "store": bench_store,
+    "store": bench_store, "first-open": bench_first_open,
 }  # fmt: skip
 
 

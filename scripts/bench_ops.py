@@ -38,6 +38,15 @@ Workloads:
 9. ``imports``: ``from ncore_like import Group, IndexedTarZarrStore, IndexedTarArchive``
    against ``import zarr`` (each in a fresh interpreter, bytecode compiled; target <= 1.1 x),
    and ``from ncore_like.archive import IndexedTarArchive`` alone (target <= 60 ms).
+10. ``fresh``: a fresh interpreter imports, opens a consolidated archive of ~800 KB frames
+   and reads one frame (as a new DataLoader worker does), timed from its first line, against
+   h5py doing the same with an HDF5 file of the same frames in the same run (target <= 1 x)
+   and the reference.
+11. ``cli``: ``ncore-like --help``, ``ls``, ``info`` and ``tree`` of a 10,000-record archive,
+   wall time of a fresh process each (median of 5; target <= 0.2 s).
+
+The ``row`` workload also reads by ``numpy.int64`` (as indices from ``rng.integers``, a
+sampler or ``np.arange`` come): the same target.
 
 Peers in the same run, where installed: h5py (with hdf5plugin for Blosc) doing the same
 operations on an HDF5 file, and the reference implementation nvidia-ncore 19.8.3 in its own
@@ -95,6 +104,7 @@ class Config:
     volume_shape: tuple[int, int, int] = (64, 1024, 1024)
     row_writes: int = 20_000
     import_rounds: int = 15
+    cli_records: int = 10_000
     seed: int = 0
 
 
@@ -104,7 +114,7 @@ def configure(args: argparse.Namespace) -> Config:
     return Config(
         frames=40, frame_high=600_000, records=2000, pack_mb=40,
         lookups=300, rows=2000, row_reads=500, sweeps=40, batches=10, repeats=3, write_repeats=2,
-        volume_shape=(8, 1024, 1024), row_writes=2000, import_rounds=3, seed=args.seed,
+        volume_shape=(8, 1024, 1024), row_writes=2000, import_rounds=3, cli_records=1000, seed=args.seed,
     )  # fmt: skip
 
 
@@ -255,6 +265,7 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
     array = store.open_root_group().array("rows")
     plain = IndexedTarZarrStore(path, verify_checksums=False).open_root_group().array("rows")
     picks = [int(index) for index in rng.integers(0, config.rows, size=config.row_reads)]
+    picks64 = [np.int64(index) for index in picks]  # indices as numpy hands them out
     records = {index: store.archive.records[chunk_key(array, (index, 0))] for index in set(picks)}
     out = np.empty(1024, np.float32)
     scratch = np.empty(4096, np.uint8)
@@ -269,9 +280,13 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
             {
                 "read(i)": lambda: bench.each(array.read, picks),
                 "read(i, out=)": lambda: bench.each(lambda index: array.read(index, out=out), picks),
+                "read(int64)": lambda: bench.each(array.read, picks64),
+                "read(int64, out=)": lambda: bench.each(lambda index: array.read(index, out=out), picks64),
                 "pread+decode": lambda: bench.each(limit, picks),
                 "read(i) unverified": lambda: bench.each(plain.read, picks),
                 "read(i, out=) unverified": lambda: bench.each(lambda index: plain.read(index, out=out), picks),
+                "read(int64) unverified": lambda: bench.each(plain.read, picks64),
+                "read(int64, out=) unverified": lambda: bench.each(lambda index: plain.read(index, out=out), picks64),
             },
             config.repeats,
         )
@@ -282,6 +297,8 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
     for name, measure in (
         ("read(i)", f"arr.read(i), {size:.0f}-byte Blosc chunks"),
         ("read(i, out=)", "arr.read(i, out=row)"),
+        ("read(int64)", "arr.read(i), i a numpy.int64"),
+        ("read(int64, out=)", "arr.read(i, out=row), i a numpy.int64"),
     ):
         pair = bench.Timings({key: [times[key]] for key in (name, "pread+decode")})
         row = time_row("2 row", measure, pair, name, "pread+decode", len(picks), 1.5)
@@ -733,6 +750,130 @@ def bench_imports(run: bench.Run[Config]) -> list[Row]:
     return rows
 
 
+# -- 8: a fresh process's first frame -----------------------------------------------------------
+
+FRESH_OURS = """
+import time
+start = time.perf_counter()
+from ncore_like import IndexedTarZarrStore
+with IndexedTarZarrStore({path!r}) as store:
+    frame = store.open_root_group().group("frames").array({name!r}).read()
+print(time.perf_counter() - start, int(frame.sum()))
+"""
+FRESH_H5PY = """
+import time
+start = time.perf_counter()
+import h5py
+with h5py.File({path!r}, "r") as file:
+    frame = file["frames"][{name!r}][()]
+print(time.perf_counter() - start, int(frame.sum()))
+"""
+FRESH_REFERENCE = """
+import time
+start = time.perf_counter()
+from ncore.impl.data.stores import IndexedTarStore, open_compressed_consolidated
+store = IndexedTarStore({path!r}, mode="r")
+frame = open_compressed_consolidated(store, mode="r")["frames"][{name!r}][...]
+print(time.perf_counter() - start, int(frame.sum()))
+"""
+
+
+def fresh_seconds(python: Path | str, code: str, env: dict[str, str]) -> tuple[float, int]:
+    """Seconds a fresh interpreter takes from its first line through ``code``, and its checksum."""
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, check=True)
+    seconds, total = result.stdout.split()
+    return float(seconds), int(total)
+
+
+def bench_fresh(run: bench.Run[Config]) -> list[Row]:
+    config, rng = run.config, run.generator
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(bench.REPO_ROOT / "ncore_like")], env=env,
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    path = run.tmp / "fresh.itar"
+    frames = [rng.integers(0, 255, size=config.frame_bytes, dtype=np.uint8) for _ in range(20)]
+    with IndexedTarZarrStore(path, mode="w") as store:
+        group = store.create_root_group({}).create_group("frames")
+        for index, frame in enumerate(frames):
+            group.create_array(f"{index:05d}", frame, compression=None, attributes={"t": index})
+        store.consolidate()
+    name, expected = "00007", int(frames[7].sum())
+    codes: dict[str, tuple[Path | str, str]] = {"ours": (sys.executable, FRESH_OURS.format(path=str(path), name=name))}
+    modules = h5py_modules()
+    if modules is not None:
+        h5_path = run.tmp / "fresh.h5"
+        with modules[0].File(h5_path, "w") as file:
+            h5_group = file.create_group("frames")
+            for index, frame in enumerate(frames):
+                h5_group.create_dataset(f"{index:05d}", data=frame).attrs["t"] = index
+        codes["h5py"] = (sys.executable, FRESH_H5PY.format(path=str(h5_path), name=name))
+    if REF_PYTHON.exists():
+        codes["reference"] = (REF_PYTHON, FRESH_REFERENCE.format(path=str(path), name=name))
+    bench.warm_page_cache(run.tmp)
+    samples: dict[str, list[float]] = {contender: [] for contender in codes}
+    for _ in range(config.import_rounds):
+        for contender, (python, code) in codes.items():
+            seconds, total = fresh_seconds(python, code, env)
+            bench.expect(total == expected, f"{contender}'s first frame")
+            samples[contender].append(seconds)
+    times = {contender: statistics.median(values) for contender, values in samples.items()}
+    detail = ", ".join(f"{contender} {ms(seconds, fine=False)}" for contender, seconds in times.items())
+    raw = {f"{contender}_s": seconds for contender, seconds in times.items()}
+    measure = "fresh process: import, open a consolidated archive, read one ~800 KB frame"
+    if "h5py" not in times:
+        return [Row("8 fresh", measure, None, "", "(needs h5py)", None, raw, detail)]
+    ratio = times["ours"] / times["h5py"]
+    rows = [Row("8 fresh", measure, ratio, "time ours/h5py", "<= 1.00x", ratio <= 1.0, raw, detail)]
+    if "reference" in times:
+        rows.append(peer_row("8 fresh", "reference (nvidia-ncore): the same", times["reference"] / times["h5py"],
+                             "time reference/h5py", f"reference {ms(times['reference'], fine=False)}"))  # fmt: skip
+    return rows
+
+
+# -- 9: the command line ---------------------------------------------------------------------------
+
+
+def bench_cli(run: bench.Run[Config]) -> list[Row]:
+    config = run.config
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    path = run.tmp / "cli.itar"
+    arrays, chunks = 100, config.cli_records // 100
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({"bench": "cli"})
+        for index in range(arrays):
+            values = np.arange(chunks * 16, dtype=np.float32).reshape(chunks, 16)
+            root.create_array(f"a{index:03d}", values, chunks=(1, 16), compression=None)
+        store.consolidate()
+    bench.warm_page_cache(path)
+    command = [str(Path(sys.executable).with_name("ncore-like"))]
+    runs = {"--help": ["--help"], "ls": ["ls", str(path)], "info": ["info", str(path)], "tree": ["tree", str(path)]}
+    for arguments in runs.values():  # bytecode compiled, caches warm
+        subprocess.run(command + arguments, env=env, check=True, stdout=subprocess.DEVNULL)
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(5):
+        for name, arguments in runs.items():
+            start = time.perf_counter()
+            subprocess.run(command + arguments, env=env, check=True, stdout=subprocess.DEVNULL)
+            samples[name].append(time.perf_counter() - start)
+    times = {name: statistics.median(values) for name, values in samples.items()}
+    python = statistics.median(_wall([sys.executable, "-c", "pass"], env) for _ in range(5))
+    with IndexedTarZarrStore(path) as store:
+        records = len(store.archive)
+    return [
+        Row("9 cli", f"ncore-like {name}" + ("" if name == "--help" else f" of a {records}-record archive"),
+            seconds / python, "time/python -c pass", "<= 0.2 s", seconds <= 0.2,
+            {"seconds": seconds, "python_s": python},
+            f"{ms(seconds, fine=False)} wall (median of 5 fresh processes); python -c pass {ms(python, fine=False)}")
+        for name, seconds in times.items()
+    ]  # fmt: skip
+
+
+def _wall(command: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
 def config_rounds(run: bench.Run[Config]) -> int:
     return run.config.import_rounds
 
@@ -752,7 +893,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench_ops", __doc__,
         {"lookup": bench_lookup, "row": bench_row, "batch": bench_batch, "frames": bench_frames,
          "volume": bench_volume, "row-array": bench_row_array, "row-writes": bench_row_writes,
-         "records": bench_records, "pack": bench_pack, "imports": bench_imports},
+         "records": bench_records, "pack": bench_pack, "imports": bench_imports, "fresh": bench_fresh,
+         "cli": bench_cli},
         configure, argv=argv, quick_help="small, fast run (smoke test)", seed_help="random seed (data, picks)",
         notes=NOTES, other_versions=peer_versions(),
     )  # fmt: skip

@@ -94,16 +94,24 @@ def test_a_checksum_package_that_misses_known_answers_or_is_missing_is_not_used(
     assert _checksum._pick()[0] == "crc32c"
 
 
-def test_every_record_carries_its_crc32c_in_the_index_and_its_tar_header(tmp_path: Path) -> None:
+def test_every_record_carries_its_crc32c_in_the_record_table_and_its_tar_header(tmp_path: Path) -> None:
+    from ncore_like.archive._table import decode_table, unpack_table_pointer
+
     data = records()
     write(tmp_path / "a.itar", data)
     archive = IndexedTarArchive(tmp_path / "a.itar")
     assert archive.has_checksums
-    header_offset, index_size = archive.index_record or (0, 0)
-    table = __import__("cbor2").loads(lzma.decompress((tmp_path / "a.itar").read_bytes()[header_offset:][:index_size]))
-    expected = {key: crc32c.crc32c(value) for key, value in data.items()}
-    assert dict(zip(table["items"], table["crc32c"], strict=True)) == expected
     raw = (tmp_path / "a.itar").read_bytes()
+    header_offset, index_size = archive.index_record or (0, 0)
+    index = __import__("cbor2").loads(lzma.decompress(raw[header_offset:][:index_size]))
+    assert sorted(index) == ["items", "offset_datas", "sizes"]  # the CRC32C list lives in the table
+    pointer = unpack_table_pointer(raw, header_offset)
+    assert pointer is not None
+    table = decode_table(raw[pointer.offset : pointer.offset + pointer.size], pointer, "a.itar")
+    expected = {key: crc32c.crc32c(value) for key, value in data.items()}
+    assert table.checksums is not None
+    assert dict(zip(table.keys, table.checksums, strict=True)) == expected
+    assert (table.keys, table.offsets, table.sizes) == (index["items"], index["offset_datas"], index["sizes"])
     for key, record in archive.records.items():
         block = raw[record.offset - BLOCK_SIZE : record.offset]
         assert block[500:512] == b"CRC%08x\0" % expected[key], key

@@ -14,7 +14,7 @@ import zarr
 import zarr.storage
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-import ncore_like.nodes._array
+import ncore_like._compat
 from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, RecordExistsError
 from tests.support import zarr_api
 from tests.support.zarr_version import ZARR_MAJOR
@@ -199,7 +199,7 @@ def test_chunk_by_chunk_writes_store_what_zarr_python_stores(
     path = tmp_path_factory.mktemp("w") / "a.itar"
     with IndexedTarZarrStore(path, mode="w") as store, pytest.MonkeyPatch.context() as patch:
         # Whole chunks are encoded and stored directly, never through zarr-python's writes.
-        patch.setattr(ncore_like.nodes._array, "write_basic_selection", None)
+        patch.setattr(ncore_like._compat, "write_basic_selection", None)
         root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
         array = root.create_empty_array("x", shape=data.shape, dtype=dtype, chunks=chunks, compression=compression)
         if by_slices:  # blocks of whole chunks, the last one at the edge

@@ -2,25 +2,53 @@
 
 One module per zarr-python major version holds everything that depends on it
 (:mod:`.zarr3` for zarr-python >= 3.1, :mod:`.zarr2` for zarr-python 2.18); this package
-picks the one for the installed version at import and re-exports its names, so the rest of
+picks the one for the installed version and re-exports its names, so the rest of
 ncore_like never branches on a version. Both define the same names (``__all__``); the type
 checker sees zarr-python 3's.
+
+The pick happens on the first name asked for (PEP 562), not at import: the layers above
+import this package as ``_compat`` and look names up when they run, so that reading an
+archive, which needs none of them, never imports zarr-python (~0.2 s).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import threading
+from typing import TYPE_CHECKING, Any
 
-import zarr
-
-ZARR_VERSION: str = zarr.__version__
-ZARR_MAJOR = int(ZARR_VERSION.split(".")[0])
-if ZARR_MAJOR == 3 and ZARR_VERSION.startswith("3.0."):
-    raise ImportError(f"ncore_like needs zarr-python >= 3.1 or 2.18; zarr {ZARR_VERSION} is installed")
-
-if TYPE_CHECKING or ZARR_MAJOR >= 3:
+if TYPE_CHECKING:
     from .zarr3 import *  # noqa: F403 - the names are zarr3.__all__
     from .zarr3 import __all__ as __all__
-else:
-    from .zarr2 import *  # type: ignore[assignment]  # noqa: F403 - the names are zarr2.__all__
-    from .zarr2 import __all__ as __all__  # type: ignore[assignment]
+
+    ZARR_VERSION: str
+    ZARR_MAJOR: int
+
+_lock = threading.Lock()
+
+
+def _load() -> None:
+    """Imports zarr-python and the module of its major version, and takes over its names."""
+    with _lock:
+        if "ZARR_VERSION" in globals():
+            return
+        import zarr
+
+        version: str = zarr.__version__
+        major = int(version.split(".")[0])
+        if major == 3 and version.startswith("3.0."):
+            raise ImportError(f"ncore_like needs zarr-python >= 3.1 or 2.18; zarr {version} is installed")
+        module = importlib.import_module(".zarr3" if major >= 3 else ".zarr2", __name__)
+        names = list(module.__all__)
+        globals().update({name: getattr(module, name) for name in names})
+        globals().update(__all__=names, ZARR_MAJOR=major, ZARR_VERSION=version)
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__") and name != "__all__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _load()
+    try:
+        return globals()[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

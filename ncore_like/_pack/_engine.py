@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from .._compat import fsspec_store, local_store
+from .. import _compat
 from .._concurrency import default_workers, ordered_map
 from .._signals import deferred_signals
 from ..archive import IndexedTarArchive, Location, error_detail, scan_records, verify_archive
@@ -260,8 +260,8 @@ def _source_store(source: Location, kind: SourceKind) -> Store:
         return IndexedTarZarrStore(source.target, "r", remote_range_reads=source.is_remote)
     if kind == "directory":
         assert source.local is not None
-        return ZarrStoreAdapter(local_store(source.local, read_only=True))
-    return ZarrStoreAdapter(fsspec_store(source.upath.fs, source.upath.path, read_only=True))
+        return ZarrStoreAdapter(_compat.local_store(source.local, read_only=True))
+    return ZarrStoreAdapter(_compat.fsspec_store(source.upath.fs, source.upath.path, read_only=True))
 
 
 def _exists(location: Location) -> bool:

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from typing import Literal
 
 from ..archive import IndexedTarArchive
-from ..backend import is_blob as _is_blob
 from ..errors import ArchiveFormatError
 from ..nodes import Array, Group, IndexedTarZarrStore, Store
+from ..nodes._array import is_blob as _is_blob
 from ..nodes._compression import describe_codecs
 
 __all__ = [
@@ -99,12 +99,12 @@ def walk(group: Group) -> Iterator[Group | Array]:
 def is_blob(array: Array) -> bool:
     """True for binary blobs as :meth:`Group.create_bytes_array` stores them (see
     :func:`ncore_like.backend.is_blob`)."""
-    return _is_blob(array.zarr)
+    return _is_blob(array)
 
 
 def blob_size(array: Array) -> int:
     """The size in bytes of a blob (see :func:`is_blob`), without reading it."""
-    return array.dtype.itemsize if array.zarr.ndim == 0 else array.shape[0]
+    return array.dtype.itemsize if not array.shape else array.shape[0]
 
 
 def compression_label(array: Array) -> str:

@@ -39,7 +39,7 @@ _LAZY = {
         [
             "ArchiveReport",
             "Problem",
-    "ReadOptions",
+            "ReadOptions",
             "TarMember",
             "TarStop",
             "VerifyProgress",

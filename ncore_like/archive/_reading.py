@@ -12,6 +12,7 @@ on.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple
@@ -22,13 +23,24 @@ from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, RemoteStorageError
 from ._cache import CachedSource, CacheOption, RecordCache, as_cache
 from ._checksum import checksum
-from ._format import BLOCK_SIZE, IndexHeader, decode_index, foreign_file, has_index_magic, unpack_index_header
+from ._format import (
+    BLOCK_SIZE,
+    Index,
+    IndexHeader,
+    decode_index,
+    foreign_file,
+    has_index_magic,
+    unpack_index_header,
+)
 from ._location import Location
 from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
 from ._retry import RetryPolicy
 from ._sources import RecordSource, open_source
+from ._table import TablePointer, decode_table, unpack_table_pointer
 
 __all__ = ["ReadOptions", "ReadingArchive"]
+
+logger = logging.getLogger("ncore_like.archive.index")
 
 # Decoding the index of a 20,000-record archive (xz, then CBOR, then the key lookup table)
 # takes ~7 ms, most of an archive's opening, and jobs often open the same archive again and
@@ -84,12 +96,15 @@ class ReadOptions(NamedTuple):
 
 
 class _Opening(NamedTuple):
-    """What the tail read of an opening tells: the index header, the file size, and the
-    index bytes if the tail holds them."""
+    """What the tail read of an opening tells: the index header, the file size, the index
+    bytes if the tail holds them, and the same for the record table (archives written by
+    ncore_like)."""
 
     header: IndexHeader
     file_size: int
     index_data: bytes | None
+    table: TablePointer | None
+    table_data: bytes | None
 
     @classmethod
     def of(cls, tail: bytes, file_size: int | None, name: str) -> _Opening:
@@ -107,11 +122,15 @@ class _Opening(NamedTuple):
                 archive=name,
             )
         tail_start = file_size - len(tail)
-        index_data = None
+        index_data = table_data = None
         if header.offset >= tail_start:
             start = header.offset - tail_start
             index_data = tail[start : start + header.size]
-        return cls(header, file_size, index_data)
+        table = unpack_table_pointer(tail, header.offset)
+        if table is not None and table.offset >= tail_start:
+            start = table.offset - tail_start
+            table_data = tail[start : start + table.size]
+        return cls(header, file_size, index_data, table, table_data)
 
 
 def _holds_head(tail: bytes, file_size: int | None) -> bool:
@@ -141,7 +160,29 @@ def _decoded(data: bytes, header: IndexHeader, name: str) -> RecordTable:
     cached = _decoded_indices.get((header.offset, data))
     if cached is not None:
         return cached
-    index = decode_index(data, header, name)
+    table = _unique(decode_index(data, header, name), name)
+    _decoded_indices.put((header.offset, data), table)
+    return table
+
+
+def _from_table(data: bytes, opening: _Opening, name: str) -> RecordTable | None:
+    """The records of an archive's record table (see ``_table.py``), decoded or from the
+    process-wide cache; None if the table is damaged (the xz index is read instead)."""
+    pointer = opening.table
+    assert pointer is not None
+    cached = _decoded_indices.get((pointer.offset, data))
+    if cached is not None:
+        return cached
+    try:
+        table = _unique(decode_table(data, pointer, name), name)
+    except ArchiveFormatError as error:
+        logger.warning("%s; reading its xz index instead", error)
+        return None
+    _decoded_indices.put((pointer.offset, data), table)
+    return table
+
+
+def _unique(index: Index, name: str) -> RecordTable:
     table = RecordTable(index)
     if len(table.positions) != len(index.keys):
         # Two entries of one key: reads would return one of two payloads.
@@ -149,7 +190,6 @@ def _decoded(data: bytes, header: IndexHeader, name: str) -> RecordTable:
         raise ArchiveFormatError(
             f"corrupt record index: key {duplicate!r} has two entries", archive=name, key=duplicate
         )
-    _decoded_indices.put((header.offset, data), table)
     return table
 
 
@@ -208,11 +248,18 @@ class ReadingArchive(ArchiveBase):
                 head = tail if _holds_head(tail, file_size) else _head_or_empty(source.read)
                 raise _foreign(head, tail, file_size, name) or error from None
             source.set_file_size(opening.file_size)
-            header = opening.header
-            index_data = opening.index_data
-            if index_data is None:
-                index_data = source.read(header.offset, header.size)
-            table = _decoded(index_data, header, name)
+            header, pointer = opening.header, opening.table
+            table = None
+            if pointer is not None:
+                table_data = opening.table_data
+                if table_data is None:
+                    table_data = source.read(pointer.offset, pointer.size)
+                table = _from_table(table_data, opening, name)
+            if table is None:
+                index_data = opening.index_data
+                if index_data is None:
+                    index_data = source.read(header.offset, header.size)
+                table = _decoded(index_data, header, name)
         except BaseException:
             source.close()
             raise
@@ -239,11 +286,18 @@ class ReadingArchive(ArchiveBase):
                         head = b""
                 raise _foreign(head, tail, file_size, location.name) or error from None
             source.set_file_size(opening.file_size)
-            header = opening.header
-            index_data = opening.index_data
-            if index_data is None:
-                index_data = await source.read_async(header.offset, header.size)
-            table = _decoded(index_data, header, location.name)
+            header, pointer = opening.header, opening.table
+            table = None
+            if pointer is not None:
+                table_data = opening.table_data
+                if table_data is None:
+                    table_data = await source.read_async(pointer.offset, pointer.size)
+                table = _from_table(table_data, opening, location.name)
+            if table is None:
+                index_data = opening.index_data
+                if index_data is None:
+                    index_data = await source.read_async(header.offset, header.size)
+                table = _decoded(index_data, header, location.name)
             archive = cls._opened(location, options, table, source, tail, opening)
             await archive._prefetch_async(tuple(prefetch_keys))
         except BaseException:

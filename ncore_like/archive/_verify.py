@@ -30,6 +30,7 @@ from ._archive import IndexedTarArchive, Record
 from ._bulk import map_records
 from ._format import (
     BLOCK_SIZE,
+    INDEX_TYPE_CBOR_XZ,
     TAR_DIRECTORY_TYPE,
     TAR_GNU_LONG_LINK_TYPE,
     TAR_GNU_LONG_NAME_TYPE,
@@ -37,6 +38,8 @@ from ._format import (
     TAR_PAX_GLOBAL_TYPE,
     TAR_PAX_TYPES,
     TAR_REGULAR_TYPES,
+    IndexHeader,
+    decode_index,
     is_node_metadata_key,
     is_zero_block,
     padding,
@@ -45,6 +48,7 @@ from ._format import (
     parse_tar_header,
     tar_data_size,
 )
+from ._table import decode_table, unpack_table_pointer
 
 __all__ = [
     "READ_ERRORS",
@@ -423,6 +427,35 @@ def _check_records(
     return done, problems
 
 
+def _check_index_copies(file: IO[bytes], archive: IndexedTarArchive) -> list[Problem]:
+    """The xz index and the record table (archives written with checksums carry both, see
+    ``_table.py``) must hold the same records: readers that know only one (nvidia-ncore the
+    index, ncore_like the table) would otherwise see different archives."""
+    index_record = archive.index_record
+    if index_record is None:
+        return []
+    name = archive.location.name
+    header_offset = index_record.offset + index_record.size + padding(index_record.size)
+    file.seek(header_offset)
+    block = file.read(BLOCK_SIZE)
+    pointer = unpack_table_pointer(block, index_record.offset) if len(block) == BLOCK_SIZE else None
+    if pointer is None:
+        return []
+    file.seek(pointer.offset)
+    table_data = file.read(pointer.size)
+    file.seek(index_record.offset)
+    index_data = file.read(index_record.size)
+    header = IndexHeader(INDEX_TYPE_CBOR_XZ, index_record.offset, index_record.size)
+    try:
+        table = decode_table(table_data, pointer, name)
+        index = decode_index(index_data, header, name)
+    except ArchiveFormatError as error:
+        return [Problem(error_detail(error, name), error.key)]
+    if (table.keys, table.offsets, table.sizes) != (index.keys, index.offsets, index.sizes):
+        return [Problem("the record table and the xz index (what nvidia-ncore reads) list different records")]
+    return []
+
+
 def _open_file(archive: IndexedTarArchive) -> IO[bytes]:
     path = archive.location.local
     if path is not None:
@@ -456,6 +489,7 @@ def verify_archive(
     report = ArchiveReport(name, records=len(records))
     with _open_file(archive) as file:
         report.tar_members, problems = _check_members(file, records, progress)
+        problems += _check_index_copies(file, archive)
     report.problems += problems
     report.bytes_read, problems = _check_records(archive, name, threads, progress)
     report.problems += problems

@@ -49,16 +49,10 @@ from typing import Any, Protocol
 
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
-from ._format import (
-    BLOCK_SIZE,
-    encode_index,
-    member_header,
-    pack_index_header,
-    padding,
-    tar_end,
-)
+from ._format import BLOCK_SIZE, member_header, padding, tar_end
 from ._location import Location
 from ._sources import remote_errors, remote_failure
+from ._table import encode_index_tail
 
 __all__ = [
     "PARTIAL_SUFFIX",
@@ -556,11 +550,9 @@ class ArchiveWriter:
     ) -> None:
         """Ends the tar archive and appends the index of the given records."""
         end = tar_end(self.position)
-        index_offset = self.position + len(end)
-        index = encode_index(keys, offsets, sizes, checksums)
-        parts = (end, index, _PADDING[: padding(len(index))], pack_index_header(index_offset, len(index)))
-        self._sink.write(parts, sum(len(part) for part in parts))
-        self.position = index_offset + len(index) + padding(len(index)) + BLOCK_SIZE
+        tail = encode_index_tail(self.position + len(end), keys, offsets, sizes, checksums)
+        self._sink.write((end, tail), len(end) + len(tail))
+        self.position += len(end) + len(tail)
 
     def publish(self) -> None:
         """Makes the finished archive appear at its final name (durably, for local files)."""

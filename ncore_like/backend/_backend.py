@@ -12,30 +12,45 @@ returns what zarr-python returns.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from .._compat import read_selection, selection_kind, selection_shape
+from .. import _compat
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from ..store._metadata import ChunkKeys
 from ._decode import decode_into, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
+from ._selection import canonical
 from ._state import ArrayState, RowReader
 
 __all__ = ["Backend"]
 
+T = TypeVar("T")
+
 logger = logging.getLogger("ncore_like.backend.fallback")
 
 NDArray = np.ndarray[Any, Any]
+
+
+async def _gather(*awaitables: Any) -> list[Any]:
+    import asyncio  # here: blocking local reads never need it
+
+    return await asyncio.gather(*awaitables)
+
+
+async def _in_new_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` on a new thread (``asyncio.to_thread``)."""
+    import asyncio
+
+    return await asyncio.to_thread(function, *args)
 
 
 class _ByteBudget:
@@ -44,6 +59,8 @@ class _ByteBudget:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._used = 0
+        import asyncio  # here: blocking local reads never need it (~8 ms of a first import)
+
         self._changed = asyncio.Condition()
 
     @contextlib.asynccontextmanager
@@ -110,6 +127,7 @@ class Backend:
         """The shape ``array[selection]`` has (zarr-python's errors for invalid selections);
         from the fast path's plan where there is one, which the read of the same selection
         then uses too."""
+        selection = canonical(selection)
         if type(selection) is int and state is not None:
             if not state.rows_known:
                 self._rows(array, state)
@@ -120,11 +138,9 @@ class Backend:
         if not isinstance(fast, str):
             return fast[1].shape
         zarr_array = array.zarr
-        return selection_shape(zarr_array, selection, selection_kind(zarr_array, selection))
+        return _compat.selection_shape(zarr_array, selection, _compat.selection_kind(zarr_array, selection))
 
-    def _fast(
-        self, array: ArraySource, selection: Any, state: ArrayState | None
-    ) -> tuple[ChunkLayout, ReadPlan] | str:
+    def _fast(self, array: ArraySource, selection: Any, state: ArrayState | None) -> tuple[ChunkLayout, ReadPlan] | str:
         """The fast path's layout and plan (memoised per array: an archive opened for reading
         doesn't change), or why the fast path doesn't apply."""
         state = ArrayState() if state is None else state
@@ -299,7 +315,7 @@ class Backend:
             if len(plan.tasks) <= 1 or plan.stored_bytes < self.inline_bytes:
                 await run_in_worker(self._run_local, layout, plan, out)
             else:
-                await asyncio.gather(
+                await _gather(
                     *(run_in_worker(self._place, task, layout, out, plan.drop_axes, None) for task in plan.tasks)
                 )
             return
@@ -315,7 +331,7 @@ class Backend:
 
         # All requests go out at once (within the budget); each chunk decodes on a worker
         # thread as soon as its bytes arrive.
-        await asyncio.gather(*(fetch_and_decode(task) for task in plan.tasks))
+        await _gather(*(fetch_and_decode(task) for task in plan.tasks))
 
     # -- public API ----------------------------------------------------------------------
 
@@ -333,6 +349,8 @@ class Backend:
         :class:`~ncore_like.Array` does): the backend keeps what it learnt about the array
         there between reads.
         """
+        if type(selection) is not int:  # numpy integers, 0-d arrays, 1-tuples: ints from here on
+            selection = canonical(selection)
         if type(selection) is int and state is not None:
             reader = self._rows(array, state)
             if reader is not None:
@@ -343,7 +361,7 @@ class Backend:
         if isinstance(fast, str):
             self._fallback(array, fast, state)
             zarr_array = array.zarr
-            return read_selection(zarr_array, selection, selection_kind(zarr_array, selection), out)
+            return _compat.read_selection(zarr_array, selection, _compat.selection_kind(zarr_array, selection), out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)
@@ -368,14 +386,15 @@ class Backend:
     ) -> NDArray:
         """:meth:`read` without blocking the running loop: remote requests are awaited,
         decoding runs on worker threads, so gathered reads overlap both."""
+        selection = canonical(selection)
         fast = self._fast(array, selection, state)  # planning only: no I/O
         if isinstance(fast, str):
             self._fallback(array, fast, state)
             zarr_array = array.zarr
-            kind = selection_kind(zarr_array, selection)
+            kind = _compat.selection_kind(zarr_array, selection)
             # Not on the worker pool: zarr-python's record reads use that pool, and fallback
             # reads occupying it while they wait for them would starve it.
-            return await asyncio.to_thread(read_selection, zarr_array, selection, kind, out)
+            return await _in_new_thread(_compat.read_selection, zarr_array, selection, kind, out)
         layout, plan = fast
         if out is None:
             task = self._view_task(array, layout, plan)

@@ -5,7 +5,8 @@ Blosc-compressed C-order elements in an indexed tar archive) and names the reaso
 doesn't; :func:`plan_read` maps a selection to one :class:`ChunkTask` per touched chunk.
 Ints, unit-step slices and Ellipsis (the selections of most reads: a row, a frame, a
 block) are planned directly from the chunk layout (:func:`plan_basic`), which costs a few
-microseconds instead of zarr-python's indexer machinery; anything else, and every invalid
+microseconds instead of zarr-python's indexer machinery; selections come canonical
+(:func:`~._selection.canonical`: every integer an ``int``); anything else, and every invalid
 selection, goes through zarr-python's own indexers, so selections mean (and fail) exactly as
 in zarr-python.
 """
@@ -21,19 +22,11 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .._compat import (
-    ZarrArray,
-    array_zarr_format,
-    blosc_compressor,
-    chunk_key,
-    chunk_key_parts,
-    chunk_projections,
-    raw_chunk_layout,
-    selection_kind,
-)
+from .. import _compat
 from ..archive import IndexedTarArchive
-from ..store import ItarZarrStore
+from ..store import is_itar_zarr_store
 from ..store._metadata import ArrayView, ChunkKeys
+from ._selection import Dim, basic_dims, canonical
 
 __all__ = [
     "ArraySource",
@@ -63,10 +56,10 @@ class ArraySource(Protocol):
     def archive(self) -> IndexedTarArchive | None: ...
 
     @property
-    def zarr(self) -> ZarrArray: ...
+    def zarr(self) -> _compat.ZarrArray: ...
 
 
-def is_bytes_like(array: ZarrArray) -> bool:
+def is_bytes_like(array: _compat.ZarrArray) -> bool:
     """True for arrays whose values are a byte string: 0-dimensional fixed-length bytes, or
     one-dimensional ``uint8`` (what :meth:`~ncore_like.Array.read_bytes` reads)."""
     return bytes_like(tuple(array.shape), np.dtype(array.dtype))
@@ -77,7 +70,7 @@ def bytes_like(shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
     return (not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)
 
 
-def is_blob(array: ZarrArray) -> bool:
+def is_blob(array: _compat.ZarrArray) -> bool:
     """True for binary blobs as :meth:`~ncore_like.Group.create_bytes_array` stores them: in
     zarr format 2 a 0-dimensional fixed-length bytes array, in format 3 (which has no
     fixed-length bytes) a one-dimensional ``uint8`` array stored as one uncompressed chunk.
@@ -87,9 +80,9 @@ def is_blob(array: ZarrArray) -> bool:
         return False
     if array.ndim == 0:
         return True
-    if array_zarr_format(array) != 3 or array.chunks[0] < array.shape[0]:
+    if _compat.array_zarr_format(array) != 3 or array.chunks[0] < array.shape[0]:
         return False
-    return blosc_compressor(array) is None
+    return _compat.blosc_compressor(array) is None
 
 
 @dataclass(frozen=True)
@@ -172,16 +165,16 @@ def chunk_layout(source: ArraySource) -> ChunkLayout | str:
         )
     array = source.zarr
     store = array.store
-    if not isinstance(store, ItarZarrStore):
+    if not is_itar_zarr_store(store):
         return "store is not an indexed tar archive"
     archive = store.archive
     if archive.mode != "r":
         return "archive is opened for writing"
-    layout = raw_chunk_layout(array)
+    layout = _compat.raw_chunk_layout(array)
     if isinstance(layout, str):
         return layout
     stored_dtype, chunk_shape = layout
-    compression = blosc_compressor(array)
+    compression = _compat.blosc_compressor(array)
     if compression == "other":
         return "codecs other than one Blosc compressor"
     if stored_dtype.hasobject or stored_dtype.kind in "OUTV" or stored_dtype.itemsize == 0:
@@ -198,11 +191,11 @@ def chunk_layout(source: ArraySource) -> ChunkLayout | str:
     )
 
 
-def _chunk_keys(array: ZarrArray) -> Callable[[tuple[int, ...]], str]:
+def _chunk_keys(array: _compat.ZarrArray) -> Callable[[tuple[int, ...]], str]:
     """The chunk keys of a zarr-python array, without zarr-python's per-call machinery for
     the standard encodings."""
-    parts = chunk_key_parts(array)
-    return ChunkKeys(*parts) if parts is not None else functools.partial(chunk_key, array)
+    parts = _compat.chunk_key_parts(array)
+    return ChunkKeys(*parts) if parts is not None else functools.partial(_compat.chunk_key, array)
 
 
 def _full_chunk(chunk_selection: Any, chunk_shape: tuple[int, ...]) -> bool:
@@ -218,7 +211,6 @@ def _full_chunk(chunk_selection: Any, chunk_shape: tuple[int, ...]) -> bool:
     return True
 
 
-_Dim = int | tuple[int, int]  # an index, or the [start, stop) of a unit-step slice
 # Per chunk and dimension: chunk index, selection in the chunk, selection in the output
 # (None where an index drops the dimension), whether the whole chunk is taken.
 _Entry = tuple[int, Any, Any, bool]
@@ -235,45 +227,13 @@ def _task(
     )
 
 
-def _basic_dims(selection: Any, shape: tuple[int, ...]) -> list[_Dim] | None:
-    """Per dimension, the index or the ``[start, stop)`` a selection of ints, unit-step
-    slices and at most one Ellipsis takes; None for anything else or anything invalid
-    (zarr-python's indexers then plan it, or raise its error)."""
-    items = selection if type(selection) is tuple else (selection,)
-    ndim = len(shape)
-    ellipses = [position for position, item in enumerate(items) if item is Ellipsis]
-    if ellipses:
-        at = ellipses[0]
-        fill = ndim - len(items) + 1
-        if fill < 0 or len(ellipses) > 1:
-            return None
-        items = items[:at] + (slice(None),) * fill + items[at + 1 :]
-    elif len(items) < ndim:
-        items = items + (slice(None),) * (ndim - len(items))
-    if len(items) != ndim:
-        return None
-    dims: list[_Dim] = []
-    for item, size in zip(items, shape, strict=True):
-        if type(item) is int or isinstance(item, np.integer):  # bool (an int) is excluded
-            index = int(item) + size if item < 0 else int(item)
-            if not 0 <= index < size:
-                return None
-            dims.append(index)
-        elif type(item) is slice and item.step in (None, 1):
-            start, stop, _ = item.indices(size)
-            dims.append((start, max(start, stop)))
-        else:
-            return None
-    return dims
-
-
 def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     """The plan of a selection of ints, unit-step slices and Ellipsis, made from the chunk
     layout alone (the same tasks as zarr-python's basic indexer); None for other
     selections."""
     if type(selection) is int and layout.row_rest is not None:
         return _plan_row(layout, selection)
-    dims = _basic_dims(selection, layout.shape)
+    dims = basic_dims(selection, layout.shape)
     if dims is None:
         return None
     chunk_shape = layout.chunk_shape
@@ -299,7 +259,7 @@ def plan_basic(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     return ReadPlan(shape, tasks, ())
 
 
-def _slice_entries(dim: _Dim, chunk: int) -> list[_Entry]:
+def _slice_entries(dim: Dim, chunk: int) -> list[_Entry]:
     """The chunks a ``[start, stop)`` range of one dimension touches, as plan entries."""
     start, stop = dim  # type: ignore[misc]
     entries: list[_Entry] = []
@@ -328,14 +288,14 @@ def _plan_row(layout: ChunkLayout, index: int) -> ReadPlan | None:
     return ReadPlan(shape, [_task(layout, coords, (index - first * chunk, *chunk_selection), out_selection, full)], ())
 
 
-def _within_one_chunk(dim: _Dim, chunk: int) -> bool:
+def _within_one_chunk(dim: Dim, chunk: int) -> bool:
     if type(dim) is int:
         return True
     start, stop = dim  # type: ignore[misc]
     return bool(start < stop and start // chunk == (stop - 1) // chunk)
 
 
-def _plan_one_chunk(layout: ChunkLayout, dims: list[_Dim]) -> ReadPlan:
+def _plan_one_chunk(layout: ChunkLayout, dims: list[Dim]) -> ReadPlan:
     """:func:`plan_basic` of a selection within one chunk (a row, a frame): the common case,
     written out."""
     coords = []
@@ -376,7 +336,7 @@ def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
         return None
     if indices.ndim != 1 or indices.dtype.kind not in "iu" or not len(indices):
         return None
-    rest = _basic_dims((slice(None), *items[1:]), layout.shape)
+    rest = basic_dims((slice(None), *items[1:]), layout.shape)
     if rest is None or not all(type(dim) is tuple for dim in rest[1:]):
         return None
     size, chunk = layout.shape[0], layout.chunk_shape[0]
@@ -424,6 +384,7 @@ def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
 def plan_read(source: ArraySource, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
     """The chunk tasks of ``array[selection]``, or why the fast path doesn't take the
     selection (zarr-python's errors for invalid selections)."""
+    selection = canonical(selection)
     basic = plan_basic(layout, selection)
     if basic is not None:
         return basic
@@ -433,14 +394,14 @@ def plan_read(source: ArraySource, layout: ChunkLayout, selection: Any) -> ReadP
     return plan_with_zarr(source.zarr, layout, selection)
 
 
-def plan_with_zarr(array: ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
+def plan_with_zarr(array: _compat.ZarrArray, layout: ChunkLayout, selection: Any) -> ReadPlan | str:
     """:func:`plan_read` through zarr-python's indexers (any selection it takes)."""
-    kind = selection_kind(array, selection)
+    kind = _compat.selection_kind(array, selection)
     if kind == "fancy":
         if array.ndim != 1:
             return "coordinate or mask selection"
         kind = "orthogonal"  # in one dimension, coordinates and masks select orthogonally
-    shape, projections, drop_axes = chunk_projections(array, selection, kind)
+    shape, projections, drop_axes = _compat.chunk_projections(array, selection, kind)
     tasks = [
         _task(
             layout,

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .._signals import Terminated, handling_signals
-from . import _cat, _extract, _info, _ls, _pack, _recover, _refs, _tree, _verify, _view
 from ._common import (
     EXPECTED_ERRORS,
     CommandError,
@@ -25,15 +26,40 @@ from ._common import (
     storage_option_parser,
     warn_unused_storage_options,
 )
-from ._tree import render_tree
 
-__all__ = ["build_parser", "main", "render_tree"]
+if TYPE_CHECKING:
+    from ._tree import render_tree as render_tree
+
+__all__ = ["COMMANDS", "build_parser", "main", "render_tree"]
 
 PROG = "ncore-like"
 
+#: The commands in the order ``--help`` lists them: the module defining each (imported only
+#: when the command runs, so that ``ls`` never imports what ``pack`` needs) and its summary
+#: (the same as the module's, which a test checks).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ls": ("_ls", "list the records of an archive"),
+    "tree": ("_tree", "show the zarr hierarchy of an archive"),
+    "info": ("_info", "show the format, index and hierarchy of an archive"),
+    "cat": ("_cat", "write the payload of a record (or a blob array) to standard output"),
+    "extract": ("_extract", "extract records as files"),
+    "pack": ("_pack", "pack a zarr hierarchy into a new archive"),
+    "verify": ("_verify", "check an archive"),
+    "recover": ("_recover", "finish the archive of a writer that died"),
+    "refs": ("_refs", "describe the archive as a reference set (JSON) for fsspec's reference:// filesystem"),
+    "view": ("_view", "look at an archive in the browser (a local web viewer)"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of all commands."""
+
+def __getattr__(name: str) -> Any:
+    if name == "render_tree":  # the tree command's module, on first use
+        return importlib.import_module("._tree", __name__).render_tree
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of all commands; with ``command``, of that command only (the
+    others are listed by name and summary, and their modules not imported)."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Inspect, extract, pack and verify indexed tar archives (.itar) of zarr hierarchies. "
@@ -51,9 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     parents = [storage_option_parser()]
-    for module in (_ls, _tree, _info, _cat, _extract, _pack, _verify, _recover, _refs, _view):
-        module.register(commands, parents)
+    for name, (module_name, summary) in COMMANDS.items():
+        if command is None or command == name:
+            importlib.import_module(f".{module_name}", __name__).register(commands, parents)
+        else:
+            commands.add_parser(name, help=summary)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str:
+    """The command ``argv`` runs: its first argument that is no option (the top level's
+    options take no values); "" if none (``--help``, ``--version``: no command's module is
+    needed)."""
+    return next((argument for argument in argv if not argument.startswith("-")), "")
 
 
 @contextlib.contextmanager
@@ -99,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code: 0 success, 1 failure or problems found, 2 usage error.
     """
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(_command(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version and usage errors: argparse printed why

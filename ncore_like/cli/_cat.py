@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import chunk_key
 from .._pack._hierarchy import blob_size, has_hierarchy, is_blob, is_variable_length, open_root
 from ..archive import IndexedTarArchive, is_node_metadata_key
 from ..nodes import Array, Selection
+from ..nodes._array import chunk_key_of
 from ._common import CommandError, add_quiet_option, archive_store, close_matches, describe_error, progress
 
 __all__ = ["parse_selection", "register", "run"]
@@ -115,7 +115,7 @@ def _raw_blob_key(array: Array, archive: IndexedTarArchive) -> str | None:
             return None
     except ValueError:  # codecs the typed API doesn't name: not raw
         return None
-    key = chunk_key(array.zarr, (0,) * len(array.shape))
+    key = chunk_key_of(array, (0,) * len(array.shape))
     record = archive.records.get(key)
     return key if record is not None and record.size == blob_size(array) else None
 

@@ -11,11 +11,13 @@ import fnmatch
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..archive import Location, error_detail, is_url
 from ..errors import NcoreLikeError
-from ..nodes import IndexedTarZarrStore
+
+if TYPE_CHECKING:
+    from ..nodes import IndexedTarZarrStore
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -185,6 +187,8 @@ def open_store(location: Location, *, range_reads: bool = False) -> IndexedTarZa
     """The archive at ``location`` opened for reading, as a store (its records are
     ``store.archive``). ``range_reads``: remote records are fetched with exact range requests,
     so that several threads fetch concurrently (for commands that read many records)."""
+    from ..nodes import IndexedTarZarrStore  # here: commands reading records alone never import it
+
     return IndexedTarZarrStore(location.target, "r", remote_range_reads=range_reads and location.is_remote)
 
 

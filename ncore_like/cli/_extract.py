@@ -23,7 +23,7 @@ from ..archive import IndexedTarArchive, scan_records
 from ..archive._format import validate_key
 from ..archive._writer import link_no_clobber
 from ..errors import InvalidKeyError
-from ..store import ItarZarrStore, is_consolidated_metadata_key
+from ..store import is_consolidated_metadata_key
 from ._common import CommandError, Location, add_quiet_option, progress, reporting, select_keys
 
 __all__ = ["register", "run", "targets"]
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         # A whole hierarchy gets zarr-python's own consolidated metadata (the archive's
         # compressed record means nothing to zarr-python in a folder, which would warn); it
         # takes the place of the root's own zarr.json record.
-        consolidated = {} if args.keys else ItarZarrStore(archive, read_only=True).standard_consolidated_records()
+        consolidated = {} if args.keys else _standard_consolidated_records(archive)
         if consolidated:
             keys = [key for key in keys if not is_consolidated_metadata_key(key) and key not in consolidated]
         files = targets(location.name, [*keys, *consolidated], args.directory)
@@ -172,3 +172,11 @@ def run(args: argparse.Namespace) -> int:
         for key, data in consolidated.items():
             _write_file(files[key], data, overwrite=args.overwrite)
     return 0
+
+
+def _standard_consolidated_records(archive: IndexedTarArchive) -> dict[str, bytes]:
+    """The consolidated records in zarr-python's own form (``.zmetadata``...), as written
+    into a folder (zarr-python's store of the archive makes them: imported here only)."""
+    from ..store._zarr_store import ItarZarrStore
+
+    return ItarZarrStore(archive, read_only=True).standard_consolidated_records()

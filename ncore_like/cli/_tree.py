@@ -10,9 +10,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._compat import chunk_key, record_size
+from .. import _compat
 from .._pack._hierarchy import blob_size, compression_label, is_blob, is_variable_length, open_root
 from ..nodes import Array, Group, IndexedTarZarrStore
+from ..nodes._array import chunk_key_of
 from ._common import (
     add_json_option,
     archive_store,
@@ -71,15 +72,16 @@ def record_size_lookup(group: Group) -> RecordSize:
 
         return archive_size
     zarr_store = group.zarr.store
-    return lambda key: record_size(zarr_store, key)
+    return lambda key: _compat.record_size(zarr_store, key)
 
 
 def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
     """The summary of an array, its stored size from the sizes of its chunk records."""
     stored = count = total = 0
-    for coords in itertools.product(*(range(n) for n in array.zarr.cdata_shape)):
+    grid = (math.ceil(size / chunk) for size, chunk in zip(array.shape, array.chunks, strict=True))
+    for coords in itertools.product(*(range(n) for n in grid)):
         total += 1
-        size = record_size(chunk_key(array.zarr, coords))
+        size = record_size(chunk_key_of(array, coords))
         if size is not None:
             stored += size
             count += 1

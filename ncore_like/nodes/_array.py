@@ -4,33 +4,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from types import EllipsisType
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from .._compat import (
-    ZarrArray,
-    ZarrStore,
-    array_document,
-    array_zarr_format,
-    blosc_compressor,
-    chunk_key,
-    raw_chunk_layout,
-    record_exists,
-    touched_chunk_keys,
-    write_basic_selection,
-    write_record,
-)
+from .. import _compat
 from ..archive import IndexedTarArchive
-from ..backend import ArrayState, Backend, bytes_like
+from ..backend import ArrayState, Backend, bytes_like, is_blob as backend_is_blob
+from ..backend._selection import canonical, expanded, is_basic
 from ..errors import ReadOnlyError, RecordExistsError
-from ..store import IndexedTarZarrStore, ItarZarrStore, Store
+from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._metadata import ArrayView, codecs_of, dimension_names_of
 from ._compression import BloscCompression, describe_codecs
 from ._encoding import encode_chunks
 from ._node import Node
+
+if TYPE_CHECKING:
+    from .._compat import ZarrArray
+
+    _ArrayNode = Node[ZarrArray]
+else:
+    _ArrayNode = Node  # zarr-python's class by name only: imported when a node needs it
 
 __all__ = ["Array", "Selection"]
 
@@ -51,15 +46,19 @@ def _named(error: BaseException, where: str) -> BaseException:
         return error
 
 
-def _is_basic_write_selection(selection: Any) -> bool:
-    items = selection if isinstance(selection, tuple) else (selection,)
-    for item in items:
-        if isinstance(item, EllipsisType) or (isinstance(item, int | np.integer) and not isinstance(item, bool)):
-            continue
-        if isinstance(item, slice) and item.step in (None, 1):
-            continue
-        return False
-    return True
+def chunk_key_of(array: Array, coords: tuple[int, ...]) -> str:
+    """The store key of the chunk of ``array`` at ``coords``: from the view of its metadata
+    where it has one (no zarr-python), else zarr-python's."""
+    return array._chunk_key(coords)
+
+
+def is_blob(array: Array) -> bool:
+    """True for binary blobs as :meth:`Group.create_bytes_array` stores them (see
+    :func:`ncore_like.backend.is_blob`): from the view of its metadata where it has one (no
+    zarr-python)."""
+    if array._view is not None and array.archive is not None:
+        return array._blob_record_key() is not None
+    return backend_is_blob(array.zarr)
 
 
 class _ChunkWriter(NamedTuple):
@@ -72,26 +71,20 @@ class _ChunkWriter(NamedTuple):
 
 
 def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], set[int]] | None:
-    """For basic selections with slices of negative step: the same selection with positive
-    steps (one item per dimension) and the axes of the result to flip; None otherwise."""
-    items = selection if isinstance(selection, tuple) else (selection,)
-    if not any(isinstance(item, slice) and item.step is not None and item.step < 0 for item in items):
+    """For basic selections (canonical) with slices of negative step: the same selection with
+    positive steps (one item per dimension) and the axes of the result to flip; None otherwise."""
+    items = selection if type(selection) is tuple else (selection,)
+    if not any(type(item) is slice and item.step is not None and item.step < 0 for item in items):
         return None
-    if sum(1 for item in items if item is Ellipsis) > 1 or not all(
-        item is Ellipsis or isinstance(item, slice | int | np.integer) for item in items
-    ):
+    if not all(item is Ellipsis or type(item) in (slice, int) for item in items):
         return None  # read() raises its error
-    fill = len(shape) - (len(items) - sum(1 for item in items if item is Ellipsis))
-    expanded: list[Any] = []
-    for item in items:
-        expanded.extend([slice(None)] * max(fill, 0) if item is Ellipsis else [item])
-    expanded.extend([slice(None)] * (len(shape) - len(expanded)))
-    if len(expanded) != len(shape):
+    spelled = expanded(selection, len(shape))
+    if spelled is None:
         return None
     positive: list[Any] = []
     flips: set[int] = set()
     axis = 0
-    for item, size in zip(expanded, shape, strict=True):
+    for item, size in zip(spelled, shape, strict=True):
         if not isinstance(item, slice):
             positive.append(item)
             continue
@@ -107,7 +100,7 @@ def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple
     return tuple(positive), flips
 
 
-class Array(Node[ZarrArray]):
+class Array(_ArrayNode):
     """An array of a zarr hierarchy.
 
     Reads return read-only numpy arrays (complete reads of arrays stored as one
@@ -117,7 +110,7 @@ class Array(Node[ZarrArray]):
 
     def __init__(
         self,
-        array: ZarrArray | None,
+        array: _compat.ZarrArray | None,
         backend: Backend | None = None,
         *,
         view: ArrayView | None = None,
@@ -195,6 +188,7 @@ class Array(Node[ZarrArray]):
     def __getitem__(self, selection: Selection) -> NDArray:
         """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
         the range is read with a positive step and flipped)."""
+        selection = canonical(selection)
         flips = _negative_steps(selection, self.shape)
         if flips is None:
             return self.read(selection)
@@ -236,7 +230,7 @@ class Array(Node[ZarrArray]):
     def compression(self) -> BloscCompression | None:
         """The Blosc compression of the chunks (None if uncompressed; ValueError for other
         compressors or filters, whose chain :attr:`codecs` lists)."""
-        compressor = blosc_compressor(self.zarr)
+        compressor = _compat.blosc_compressor(self.zarr)
         if compressor == "other":
             raise ValueError(
                 f"array {self.path!r} uses codecs other than one Blosc compressor ({describe_codecs(self.codecs)}); "
@@ -249,11 +243,11 @@ class Array(Node[ZarrArray]):
     def _document(self) -> Mapping[str, Any]:
         """The metadata document (v2: ``.zarray`` plus ``"attributes"``; v3: ``zarr.json``)."""
         view = self._view
-        return view.document if view is not None else array_document(self.zarr)
+        return view.document if view is not None else _compat.array_document(self.zarr)
 
     def _zarr_format(self) -> Literal[2, 3]:
         view = self._view
-        return view.zarr_format if view is not None else array_zarr_format(self.zarr)
+        return view.zarr_format if view is not None else _compat.array_zarr_format(self.zarr)
 
     @property
     def codecs(self) -> tuple[dict[str, Any], ...]:
@@ -383,7 +377,8 @@ class Array(Node[ZarrArray]):
         """
         if self.read_only:
             raise ReadOnlyError(f"{self._where()}: store is opened for reading, can't write")
-        if not _is_basic_write_selection(selection):
+        selection = canonical(selection)
+        if not is_basic(selection):
             raise ValueError(
                 f"array {self.path!r}: writes take basic selections (ints, unit-step slices, Ellipsis), "
                 f"got {selection!r}"
@@ -396,14 +391,14 @@ class Array(Node[ZarrArray]):
         # rejected write changes nothing (zarr-python writes the chunks of a selection
         # concurrently).
         if self._write_once():
-            for key in touched_chunk_keys(self.zarr, selection):
-                if record_exists(self.zarr.store, key):
+            for key in _compat.touched_chunk_keys(self.zarr, selection):
+                if _compat.record_exists(self.zarr.store, key):
                     raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
-        write_basic_selection(self.zarr, selection, data)
+        _compat.write_basic_selection(self.zarr, selection, data)
 
     def _write_once(self) -> bool:
         """True if the array's records can't be rewritten (archives)."""
-        return isinstance(self._record_store(), ItarZarrStore)
+        return is_itar_zarr_store(self._record_store())
 
     def _blob_record_key(self) -> str | None:
         """The key of the record that is this blob (stored by :meth:`Group.create_bytes_array`:
@@ -419,16 +414,16 @@ class Array(Node[ZarrArray]):
 
     # -- writing records -----------------------------------------------------------------
 
-    def _record_store(self) -> ZarrStore:
+    def _record_store(self) -> _compat.ZarrStore:
         """The zarr-python store the array's records are written to."""
         return self._store.zarr if self._store is not None else self.zarr.store
 
     def _chunk_key(self, coords: tuple[int, ...]) -> str:
         view = self._view
-        return view.chunk_key(coords) if view is not None else chunk_key(self.zarr, coords)  # type: ignore[union-attr]
+        return view.chunk_key(coords) if view is not None else _compat.chunk_key(self.zarr, coords)  # type: ignore[union-attr]
 
     def _write_chunk_record(self, coords: tuple[int, ...], record: bytes | memoryview) -> None:
-        write_record(self._record_store(), self._chunk_key(coords), record)
+        _compat.write_record(self._record_store(), self._chunk_key(coords), record)
 
     def _write_chunk_records(self, records: Sequence[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
         """Stores chunk records; in an archive, chunks written already are found before
@@ -436,10 +431,10 @@ class Array(Node[ZarrArray]):
         store = self._record_store()
         keys = [self._chunk_key(coords) for coords, _ in records]
         for key in keys if self._write_once() else ():
-            if record_exists(store, key):
+            if _compat.record_exists(store, key):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
         for key, (_, record) in zip(keys, records, strict=True):
-            write_record(store, key, record)
+            _compat.write_record(store, key, record)
 
     def _chunk_writer(self) -> _ChunkWriter | None:
         """How whole chunks of this array are encoded, None if zarr-python must do it (codecs
@@ -455,8 +450,8 @@ class Array(Node[ZarrArray]):
                 blosc = view.blosc
                 compression = None if blosc is None else BloscCompression.from_config(blosc)
                 return _ChunkWriter(view.stored_dtype, view.chunks, compression, view.fill_value)
-            layout = raw_chunk_layout(self.zarr)
-            compressor = blosc_compressor(self.zarr)
+            layout = _compat.raw_chunk_layout(self.zarr)
+            compressor = _compat.blosc_compressor(self.zarr)
             fill = self.zarr.fill_value
             if isinstance(layout, str) or compressor == "other" or fill is None:
                 return None
@@ -473,19 +468,12 @@ class Array(Node[ZarrArray]):
         if writer is None:
             return None
         shape, chunks = self.shape, writer.chunks
-        items = selection if isinstance(selection, tuple) else (selection,)
-        if sum(1 for item in items if isinstance(item, EllipsisType)) > 1:
-            return None
-        fill = len(shape) - (len(items) - sum(1 for item in items if isinstance(item, EllipsisType)))
-        if fill < 0:
-            return None  # too many indices: zarr-python's error
-        expanded: list[Any] = []
-        for item in items:
-            expanded.extend([slice(None)] * fill if isinstance(item, EllipsisType) else [item])
-        expanded.extend([slice(None)] * (len(shape) - len(expanded)))
+        items = expanded(selection, len(shape))
+        if items is None:
+            return None  # zarr-python's error
         region: list[slice] = []
         data_shape: list[int] = []
-        for item, size, chunk in zip(expanded, shape, chunks, strict=True):
+        for item, size, chunk in zip(items, shape, chunks, strict=True):
             if isinstance(item, slice):
                 start, stop, _ = item.indices(size)
                 data_shape.append(max(0, stop - start))

@@ -20,8 +20,8 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from .. import _compat
 from .._codecs import blosc_compress
-from .._compat import check_zarr_format, guess_chunks
 from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES
 from ._compression import BloscCompression
@@ -66,7 +66,7 @@ def resolve_chunks(chunks: ChunksLike, shape: tuple[int, ...], itemsize: int) ->
     if chunks == "single":
         resolved = shape
     elif chunks == "auto":
-        resolved = guess_chunks(shape, itemsize) if shape else ()
+        resolved = _compat.guess_chunks(shape, itemsize) if shape else ()
     else:
         if not isinstance(chunks, tuple) or len(chunks) != len(shape):
             raise ValueError(f"chunks {chunks!r} don't match the {len(shape)}-dimensional shape {shape}")
@@ -228,7 +228,7 @@ class EncodedArray:
             compression: Blosc compression, or None for uncompressed chunks.
             zarr_format: zarr format of the group the array will be stored in.
         """
-        zarr_format = check_zarr_format(zarr_format)
+        zarr_format = _compat.check_zarr_format(zarr_format)
         if compression is not None and not isinstance(compression, BloscCompression):
             raise TypeError(f"compression must be a BloscCompression or None, got {type(compression).__name__}")
         values, resolved = prepare_values(data, dtype, chunks, zarr_format)

@@ -10,18 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .._compat import (
-    ZarrGroup,
-    ZarrNode,
-    array_from_document,
-    array_zarr_format,
-    create_subgroup,
-    is_group,
-    member_names,
-    member_nodes,
-    open_member,
-    write_array_metadata,
-)
+from .. import _compat
 from ..archive import scan_records
 from ..backend import Backend, is_blob
 from ..errors import ReadOnlyError
@@ -42,12 +31,19 @@ from ._encoding import (
 from ._node import Attributes, Node
 
 if TYPE_CHECKING:
+    from .._compat import ZarrGroup
+
+    _GroupNode = Node[ZarrGroup]
+else:
+    _GroupNode = Node  # zarr-python's class by name only: imported when a node needs it
+
+if TYPE_CHECKING:
     from ..store import Store
 
 __all__ = ["Group"]
 
 
-class Group(Node[ZarrGroup]):
+class Group(_GroupNode):
     """A group of a zarr hierarchy.
 
     Members are opened through the group's :class:`NodeCache` if it has one (see
@@ -57,7 +53,7 @@ class Group(Node[ZarrGroup]):
 
     def __init__(
         self,
-        group: ZarrGroup | None,
+        group: _compat.ZarrGroup | None,
         cache: NodeCache | None = None,
         store: Store | None = None,
         backend: Backend | None = None,
@@ -95,7 +91,7 @@ class Group(Node[ZarrGroup]):
         """zarr format of the hierarchy."""
         if self._view is not None:
             return self._view.zarr_format
-        return array_zarr_format(self.zarr)
+        return _compat.array_zarr_format(self.zarr)
 
     def with_cache(self, cache: NodeCache | None) -> Group:
         """The group, opening its members through ``cache``."""
@@ -103,8 +99,8 @@ class Group(Node[ZarrGroup]):
 
     # -- opening members -----------------------------------------------------------------
 
-    def _wrap(self, node: ZarrNode) -> Group | Array:
-        if is_group(node):
+    def _wrap(self, node: _compat.ZarrNode) -> Group | Array:
+        if _compat.is_group(node):
             return Group(node, self._cache, self._store, self._backend)  # type: ignore[arg-type]
         return Array(node, self._backend, store=self._store)  # type: ignore[arg-type]
 
@@ -118,7 +114,7 @@ class Group(Node[ZarrGroup]):
             if isinstance(view, ArrayView):
                 return Array(None, self._backend, view=view, store=self._store)
             return Group(None, self._cache, self._store, self._backend, view=view)
-        node = open_member(self.zarr, path)
+        node = _compat.open_member(self.zarr, path)
         return None if node is None else self._wrap(node)
 
     def get(self, path: str) -> Group | Array | None:
@@ -164,7 +160,7 @@ class Group(Node[ZarrGroup]):
             names = self._store.child_names(self.path, self.zarr_format)
             if names is not None:
                 return names
-        return sorted(member_names(self.zarr))
+        return sorted(_compat.member_names(self.zarr))
 
     def keys(self) -> list[str]:
         """Names of all direct members, see :meth:`members`."""
@@ -178,7 +174,7 @@ class Group(Node[ZarrGroup]):
                 if found is not None:
                     yield name, found
             return
-        for name, node in sorted(member_nodes(self.zarr), key=lambda item: item[0]):
+        for name, node in sorted(_compat.member_nodes(self.zarr), key=lambda item: item[0]):
             if self._cache is None:
                 yield name, self._wrap(node)
             else:
@@ -230,7 +226,7 @@ class Group(Node[ZarrGroup]):
         self._check_writable()
         parent_path, _, leaf = name.strip("/").rpartition("/")
         parent = self._required_path(parent_path)
-        created = create_subgroup(parent.zarr, leaf, dict(attributes or {}))
+        created = _compat.create_subgroup(parent.zarr, leaf, dict(attributes or {}))
         return Group(created, self._cache, self._store, self._backend)
 
     def _required_path(self, path: str) -> Group:
@@ -311,12 +307,12 @@ class Group(Node[ZarrGroup]):
         names = self._checked_dimension_names(name, dimension_names, len(shape))
         if names is not None and self.zarr_format == 2:
             attrs, names = {**(attrs or {}), XARRAY_DIMENSIONS: list(names)}, None
-        path, document = write_array_metadata(
+        path, document = _compat.write_array_metadata(
             self.zarr, name, shape=shape, dtype=dtype, chunks=chunks, blosc=blosc, fill_value=fill_value,
             attributes=attrs, dimension_names=names,
         )  # fmt: skip
         if self._store is None:
-            return Array(array_from_document(self.zarr.store, path, document), self._backend)
+            return Array(_compat.array_from_document(self.zarr.store, path, document), self._backend)
         view = parse_node(path, document, self.zarr_format, self._store.name)
         return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._compat import ZarrArray, ZarrGroup
 from ..store._metadata import NodeView
 
 if TYPE_CHECKING:
+    from .._compat import ZarrArray, ZarrGroup
     from ..store import Store
 
 __all__ = ["Attributes", "Node"]
 
 Attributes = dict[str, Any]
-ZarrNode = TypeVar("ZarrNode", ZarrGroup, ZarrArray)
+# By name: zarr-python's classes are imported only when a node needs them.
+ZarrNode = TypeVar("ZarrNode", "ZarrGroup", "ZarrArray")
 
 
 class Node(Generic[ZarrNode]):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .._compat import check_zarr_format
+from .. import _compat
 from ..backend import Backend
 from ..store import _adapter, _base, _itar_store
 from ._group import Group
@@ -33,7 +33,7 @@ class Store(_base.Store):
         :class:`~ncore_like.backend.Backend` with the default settings)."""
         self._check_writable()
         try:
-            zarr_format = check_zarr_format(zarr_format)
+            zarr_format = _compat.check_zarr_format(zarr_format)
         except ValueError as error:
             raise ValueError(f"{self.name}: {error}") from None
         return Group(self.create_zarr_root_group(dict(attributes or {}), zarr_format), store=self, backend=backend)
@@ -46,6 +46,9 @@ class Store(_base.Store):
         the consolidated record if there is one. Its arrays read through ``backend``
         (default: a new :class:`~ncore_like.backend.Backend` with the default settings).
         """
+        if isinstance(self, _itar_store.IndexedTarZarrStore) and self.serves_views:
+            # An archive opened for reading: a view of the root's metadata, no zarr-python.
+            return Group(None, store=self, backend=backend, view=self.open_root_view(consolidated))
         return Group(self.open_zarr_root_group(consolidated), store=self, backend=backend)
 
 

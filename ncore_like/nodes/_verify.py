@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 
-from .._compat import chunk_key
+from .. import _compat
 from ..archive import Problem, VerifyProgress
 from ..archive._verify import READ_ERRORS
 from ._array import Array
@@ -58,7 +58,7 @@ def _chunk_problems(array: Array, slab: tuple[slice, ...], archive: str | None) 
         try:
             array.read(region)
         except READ_ERRORS as error:
-            key = chunk_key(array.zarr, coords)
+            key = _compat.chunk_key(array.zarr, coords)
             problems.append(Problem.from_error(error, archive=archive, key=key, array=array.path))
     return problems
 

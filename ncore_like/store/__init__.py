@@ -11,11 +11,11 @@ from ..errors import ConsolidatedMetadataError
 from ._adapter import ZarrStoreAdapter
 from ._base import Store
 from ._consolidated import CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, is_consolidated_metadata_key
-from ._itar_store import IndexedTarZarrStore
-from ._zarr_store import ItarZarrStore
+from ._itar_store import IndexedTarZarrStore, is_itar_zarr_store
 
 if TYPE_CHECKING:
     from ._recover import RecoveryReport as RecoveryReport, recover as recover
+    from ._zarr_store import ItarZarrStore as ItarZarrStore
 
 __all__ = [
     "CONSOLIDATED_KEY_V2",
@@ -27,7 +27,11 @@ __all__ = [
     "Store",
     "ZarrStoreAdapter",
     "is_consolidated_metadata_key",
+    "is_itar_zarr_store",
     "recover",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(["RecoveryReport", "recover"], "._recover"), globals())
+# zarr-python's store of an archive imports zarr-python: on first use, as recovery.
+__getattr__, __dir__ = lazy_exports(
+    __name__, {**dict.fromkeys(["RecoveryReport", "recover"], "._recover"), "ItarZarrStore": "._zarr_store"}, globals()
+)

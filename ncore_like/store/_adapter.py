@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Self
 
-from .._compat import ZarrStore, is_zarr_store, local_store
+from .. import _compat
 from ..archive._location import Location
 from ._base import Store
 
@@ -18,8 +18,8 @@ __all__ = ["ZarrStoreAdapter"]
 class ZarrStoreAdapter(Store):
     """A zarr hierarchy in any zarr-python store: in memory, a local directory, fsspec..."""
 
-    def __init__(self, zarr_store: ZarrStore) -> None:
-        if not is_zarr_store(zarr_store):
+    def __init__(self, zarr_store: _compat.ZarrStore) -> None:
+        if not _compat.is_zarr_store(zarr_store):
             raise TypeError(f"expected a zarr-python store, got {type(zarr_store).__name__}")
         super().__init__(zarr_store)
 
@@ -30,7 +30,7 @@ class ZarrStoreAdapter(Store):
         location = Location(path).local
         if location is None:
             raise ValueError(f"{path}: not a local directory")
-        return cls(local_store(location, read_only=False))
+        return cls(_compat.local_store(location, read_only=False))
 
     @property
     def name(self) -> str:

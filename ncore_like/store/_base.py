@@ -11,21 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Literal, Self
 
-from .._compat import (
-    ZarrArray,
-    ZarrGroup,
-    ZarrStore,
-    array_from_document,
-    create_group,
-    group_from_document,
-    group_from_node_metadata,
-    open_group,
-    read_record,
-    reading_store,
-    store_keys,
-    store_read_only,
-    write_record,
-)
+from .. import _compat
 from ..errors import ReadOnlyError
 from ._consolidated import (
     CONSOLIDATED_KEY_V2,
@@ -52,11 +38,22 @@ class Store(ABC):
     ``.itar`` archives and :class:`ZarrStoreAdapter` for any other zarr-python store.
     """
 
-    def __init__(self, zarr_store: ZarrStore) -> None:
-        self._zarr_store = zarr_store
+    def __init__(self, zarr_store: _compat.ZarrStore | None = None) -> None:
+        # None: built on first use by _make_zarr_store (reading an archive needs none).
+        self._zarr_store_or_none = zarr_store
+
+    def _make_zarr_store(self) -> _compat.ZarrStore:
+        raise TypeError(f"{type(self).__name__} was given no zarr-python store")
 
     @property
-    def zarr(self) -> ZarrStore:
+    def _zarr_store(self) -> _compat.ZarrStore:
+        store = self._zarr_store_or_none
+        if store is None:
+            store = self._zarr_store_or_none = self._make_zarr_store()
+        return store
+
+    @property
+    def zarr(self) -> _compat.ZarrStore:
         """The wrapped zarr-python store (usable with ``zarr.open_group(store.zarr, ...)``)."""
         return self._zarr_store
 
@@ -68,11 +65,12 @@ class Store(ABC):
     @property
     def read_only(self) -> bool:
         """True if the store was opened for reading."""
-        return store_read_only(self._zarr_store)
+        return _compat.store_read_only(self._zarr_store)
 
     def close(self) -> None:
         """Closes the store (finishes writing)."""
-        self._zarr_store.close()
+        if self._zarr_store_or_none is not None:
+            self._zarr_store_or_none.close()
 
     def reload_resources(self) -> None:  # noqa: B027 - a no-op unless a store holds file resources
         """Re-opens file resources (e.g. in a forked process); no-op by default."""
@@ -107,12 +105,12 @@ class Store(ABC):
         """Names of the nodes directly under the group at ``path``, None if unknown."""
         return None
 
-    def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
+    def zarr_node(self, view: NodeView) -> _compat.ZarrArray | _compat.ZarrGroup:
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads),
         without store I/O."""
         if isinstance(view, ArrayView):
-            return array_from_document(self._zarr_store, view.path, dict(view.document))
-        return group_from_document(self._zarr_store, view.path, dict(view.document))
+            return _compat.array_from_document(self._zarr_store, view.path, dict(view.document))
+        return _compat.group_from_document(self._zarr_store, view.path, dict(view.document))
 
     @staticmethod
     def is_consolidated_metadata_key(key: str) -> bool:
@@ -132,13 +130,13 @@ class Store(ABC):
         return self._read_record(key)
 
     def _read_record(self, key: str) -> bytes | None:
-        return read_record(self._zarr_store, key)
+        return _compat.read_record(self._zarr_store, key)
 
     def _write_record(self, key: str, value: bytes) -> None:
-        write_record(self._zarr_store, key, value)
+        _compat.write_record(self._zarr_store, key, value)
 
     def _record_keys(self) -> list[str]:
-        return store_keys(self._zarr_store)
+        return _compat.store_keys(self._zarr_store)
 
     def _check_writable(self) -> None:
         if self.read_only:
@@ -146,11 +144,11 @@ class Store(ABC):
 
     # -- hierarchy -----------------------------------------------------------------------
 
-    def create_zarr_root_group(self, attributes: Attributes, zarr_format: ZarrFormat) -> ZarrGroup:
+    def create_zarr_root_group(self, attributes: Attributes, zarr_format: ZarrFormat) -> _compat.ZarrGroup:
         """Creates the root group as zarr-python's group (the public stores' typed
         ``create_root_group`` wraps it)."""
         self._check_writable()
-        return create_group(self._zarr_store, attributes, zarr_format)
+        return _compat.create_group(self._zarr_store, attributes, zarr_format)
 
     def _consolidated_record(self) -> tuple[ZarrFormat, bytes] | None:
         for zarr_format, key in ((2, CONSOLIDATED_KEY_V2), (3, CONSOLIDATED_KEY_V3)):
@@ -159,15 +157,15 @@ class Store(ABC):
                 return zarr_format, data  # type: ignore[return-value]
         return None
 
-    def _reading_store(self) -> ZarrStore:
-        return reading_store(self._zarr_store)
+    def _reading_store(self) -> _compat.ZarrStore:
+        return _compat.reading_store(self._zarr_store)
 
-    def _node_records_store(self) -> ZarrStore:
+    def _node_records_store(self) -> _compat.ZarrStore:
         """The store an unconsolidated open reads node metadata from (the node metadata
         records, never a consolidated record)."""
         return self._reading_store()
 
-    def open_zarr_root_group(self, consolidated: Consolidated = True) -> ZarrGroup:
+    def open_zarr_root_group(self, consolidated: Consolidated = True) -> _compat.ZarrGroup:
         """Opens the root group for reading as zarr-python's group (the public stores' typed
         ``open_root_group`` wraps it): ``True`` from the consolidated metadata record alone
         (``KeyError`` if there is none), ``False`` from the node metadata records,
@@ -181,17 +179,17 @@ class Store(ABC):
                     f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
                     f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
                 )
-            group: ZarrGroup = open_group(self._node_records_store())
+            group: _compat.ZarrGroup = _compat.open_group(self._node_records_store())
         else:
             zarr_format, data = record
             group = self._open_consolidated(data, zarr_format)
         return group
 
-    def _open_consolidated(self, record: bytes, zarr_format: ZarrFormat) -> ZarrGroup:
+    def _open_consolidated(self, record: bytes, zarr_format: ZarrFormat) -> _compat.ZarrGroup:
         """The root group built from a consolidated metadata record, without store I/O."""
         metadata = decode_consolidated(record, zarr_format, self.name)
         root, members = zarr_nodes(metadata, zarr_format, self.name)
-        return group_from_node_metadata(self._reading_store(), root, members)
+        return _compat.group_from_node_metadata(self._reading_store(), root, members)
 
     def consolidate(self) -> None:
         """Stores the consolidated metadata of the hierarchy (after all nodes were written):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeGuard
 
-from .._compat import ZarrArray, ZarrGroup, ZarrStore, array_from_document, group_from_document, open_group
+from .. import _compat
 from .._defaults import TAIL_READ_SIZE
 from ..archive import (
     IndexedTarArchive,
@@ -21,7 +23,7 @@ from ..archive import (
 )
 from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
-from ._base import Store
+from ._base import Consolidated, Store
 from ._consolidated import (
     CONSOLIDATED_KEY_V2,
     CONSOLIDATED_KEY_V3,
@@ -30,11 +32,11 @@ from ._consolidated import (
     is_consolidated_metadata_key,
 )
 from ._metadata import ArrayView, GroupView, NodeView, parse_node
-from ._references import archive_references
-from ._zarr_store import ItarZarrStore
 
 if TYPE_CHECKING:
     from upath import UPath
+
+    from ._zarr_store import ItarZarrStore
 
 __all__ = ["IndexedTarZarrStore"]
 
@@ -82,7 +84,7 @@ class IndexedTarZarrStore(Store):
                 storage_options=storage_options,
                 durable=durable,
             )
-        super().__init__(ItarZarrStore(self._archive))
+        super().__init__()
         self._init_views()
 
     @classmethod
@@ -95,6 +97,11 @@ class IndexedTarZarrStore(Store):
         """:meth:`open_async` with options built once by the caller."""
         keys = (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3)
         return cls._of_archive(await IndexedTarArchive._reading_async(location, options, prefetch_keys=keys))
+
+    def _make_zarr_store(self) -> _compat.ZarrStore:
+        from ._zarr_store import ItarZarrStore  # zarr-python: imported when first needed
+
+        return ItarZarrStore(self._archive)
 
     def _init_views(self) -> None:
         # Node metadata documents of the consolidated record (once opened from it) or of the
@@ -109,7 +116,7 @@ class IndexedTarZarrStore(Store):
     def _of_archive(cls, archive: IndexedTarArchive) -> Self:
         store = cls.__new__(cls)
         store._archive = archive
-        Store.__init__(store, ItarZarrStore(archive))
+        Store.__init__(store)
         store._init_views()
         return store
 
@@ -139,6 +146,10 @@ class IndexedTarZarrStore(Store):
     def name(self) -> str:
         return self._archive.location.name
 
+    @property
+    def read_only(self) -> bool:
+        return self._archive.mode == "r"
+
     def close(self) -> None:
         """Closes the store: when writing, appends the node metadata records and the index."""
         super().close()
@@ -165,6 +176,8 @@ class IndexedTarZarrStore(Store):
         zarr-python and xarray read the hierarchy through fsspec's ``reference://``
         filesystem without ncore_like. ``url``: where the chunks are read from (default: the
         archive's location), e.g. where the archive will be published."""
+        from ._references import archive_references  # zarr-python's store: imported with it
+
         return archive_references(self._archive, url)
 
     def release_index_tail(self, retention: IndexTailRetention, *, consolidated: bool) -> None:
@@ -184,33 +197,84 @@ class IndexedTarZarrStore(Store):
         keys = [key for key in archive.keys() if is_node_metadata_key(key) and not is_consolidated_metadata_key(key)]
         documents = {key: self._parsed(key, data) for key, data in read_records(archive, keys)}
         self._documents, self._consolidated_documents = documents, False
-        self._view_store = ItarZarrStore(archive, read_only=True, node_metadata=documents)
+        self._view_store = None  # zarr-python's store of the documents: built when needed
         self._views.clear()
 
-    def _reading_store(self) -> ZarrStore:
+    def _reading_store(self) -> _compat.ZarrStore:
         # Once the node metadata is loaded, zarr-python reads it from memory too.
-        return self._view_store if self._view_store is not None else super()._reading_store()
+        store = self._documents_store()
+        return store if store is not None else super()._reading_store()
 
-    def _node_records_store(self) -> ZarrStore:
+    def _documents_store(self) -> ItarZarrStore | None:
+        """zarr-python's store serving the node metadata documents held (of the consolidated
+        record, or loaded), built on first use; None if none are held."""
+        if self._view_store is None and self._documents is not None:
+            self._view_store = _zarr_store(self._archive, node_metadata=self._documents)
+        return self._view_store
+
+    def _node_records_store(self) -> _compat.ZarrStore:
+        self._forget_consolidated()
+        return self._reading_store()
+
+    def _forget_consolidated(self) -> None:
         # Opened from the node metadata records: the documents of a consolidated record
         # opened before are not theirs (they may disagree), so lookups go to the records.
         if self._consolidated_documents:
             self._documents, self._view_store, self._consolidated_documents = None, None, False
             self._views.clear()
-        return self._reading_store()
 
-    def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> ZarrGroup:
+    def _open_consolidated(self, record: bytes, zarr_format: Literal[2, 3]) -> _compat.ZarrGroup:
         # zarr-python would parse the metadata of every node of the hierarchy when handed
         # consolidated metadata; serving the node metadata from the decoded record instead
         # parses only the nodes that are opened, and still reads no metadata record.
         metadata = decoded_consolidated(record, zarr_format, self.name)
         if self._documents is not metadata:
             self._views.clear()  # views of another source (node records)
-        self._documents, self._consolidated_documents = metadata, True
-        self._view_store = ItarZarrStore(self._archive, read_only=True, node_metadata=metadata)
-        return open_group(self._view_store)
+        self._documents, self._consolidated_documents, self._view_store = metadata, True, None
+        store = self._documents_store()
+        assert store is not None
+        return _compat.open_group(store)
 
     # -- node views (the typed layer's lookups, without zarr-python) -----------------------
+
+    def open_root_view(self, consolidated: Consolidated = True) -> GroupView:
+        """The view of the root group, opened as :meth:`open_zarr_root_group` opens
+        zarr-python's (the same records and the same errors) but without zarr-python:
+        reading an archive never needs it. Archives opened for reading."""
+        if consolidated not in (True, False, "auto"):
+            raise ValueError(f"{self.name}: consolidated must be True, False or 'auto', got {consolidated!r}")
+        record = self._consolidated_record() if consolidated else None
+        if record is not None:
+            zarr_format, data = record
+            metadata = decoded_consolidated(data, zarr_format, self.name)
+            if self._documents is not metadata:
+                self._views.clear()  # views of another source (node records)
+            self._documents, self._consolidated_documents, self._view_store = metadata, True, None
+        elif consolidated is True:
+            raise KeyError(
+                f"{self.name}: no consolidated metadata record ({CONSOLIDATED_KEY_V2} or "
+                f"{CONSOLIDATED_KEY_V3}); write one with consolidate(), or open with consolidated=False"
+            )
+        else:
+            self._forget_consolidated()  # lookups go to the node metadata records
+            zarr_format = 2 if ".zgroup" in self._archive or "zarr.json" not in self._archive else 3
+        if zarr_format == 3:
+            try:
+                _compat.check_zarr_format(3)  # zarr-python 2 reads no format 3
+            except ValueError as error:
+                raise ValueError(f"{self.name}: {error}") from None
+        view = self.node_view("", zarr_format)
+        if view is None:  # as zarr-python says it
+            raise FileNotFoundError(errno.ENOENT, "no root group (no .zgroup or zarr.json record)", self.name)
+        if not isinstance(view, GroupView):
+            raise NodeMetadataError("the root node is an array, not a group", archive=self.name)
+        found = view.document.get("zarr_format")
+        if found != zarr_format:
+            raise NodeMetadataError(
+                f"the metadata of node '/' can't be understood (zarr_format {found!r}, expected {zarr_format})",
+                archive=self.name,
+            )
+        return view
 
     @property
     def serves_views(self) -> bool:
@@ -259,15 +323,15 @@ class IndexedTarZarrStore(Store):
         documents = self._documents
         return None if documents is None else sorted(child_nodes(documents, path))
 
-    def zarr_node(self, view: NodeView) -> ZarrArray | ZarrGroup:
+    def zarr_node(self, view: NodeView) -> _compat.ZarrArray | _compat.ZarrGroup:
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""
         if self._archive.mode == "w":  # arrays created in this store
             return super().zarr_node(view)
-        store = self._view_store or ItarZarrStore(self._archive, read_only=True)
+        store = self._documents_store() or _zarr_store(self._archive)
         if isinstance(view, ArrayView):
-            return array_from_document(store, view.path, dict(view.document))
+            return _compat.array_from_document(store, view.path, dict(view.document))
         assert isinstance(view, GroupView)
-        return group_from_document(store, view.path, dict(view.document))
+        return _compat.group_from_document(store, view.path, dict(view.document))
 
     # Records are read straight from the archive: no hop through zarr's event loop.
     def _read_record(self, key: str) -> bytes | None:
@@ -285,8 +349,22 @@ class IndexedTarZarrStore(Store):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._archive = state["archive"]
-        Store.__init__(self, ItarZarrStore(self._archive))
+        Store.__init__(self)
         self._init_views()
 
     def __repr__(self) -> str:
         return f"IndexedTarZarrStore({self.name!r}, mode={self._archive.mode!r})"
+
+
+def _zarr_store(archive: IndexedTarArchive, node_metadata: dict[str, Any] | None = None) -> ItarZarrStore:
+    """A read-only zarr-python store of ``archive`` (serving ``node_metadata`` if given)."""
+    from ._zarr_store import ItarZarrStore  # zarr-python: imported when first needed
+
+    return ItarZarrStore(archive, read_only=True, node_metadata=node_metadata)
+
+
+def is_itar_zarr_store(store: object) -> TypeGuard[ItarZarrStore]:
+    """True for the zarr-python store of an archive, without importing zarr-python (none can
+    exist before its module was imported)."""
+    module = sys.modules.get("ncore_like.store._zarr_store")
+    return module is not None and isinstance(store, module.ItarZarrStore)

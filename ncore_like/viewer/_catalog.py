@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._compat import chunk_key, record_size
+from .. import _compat
 from ..backend import bytes_like, is_blob
 from ..nodes import Array, Group
 from ..nodes._compression import describe_codecs
@@ -208,7 +208,7 @@ class Catalog:
             sizes = (getattr(records.get(view.chunk_key(c)), "size", None) for c in coords)
         else:
             store, zarr_array = self.source.store.zarr, array.zarr
-            sizes = (record_size(store, chunk_key(zarr_array, c)) for c in coords)
+            sizes = (_compat.record_size(store, _compat.chunk_key(zarr_array, c)) for c in coords)
         found = [size for size in sizes if size is not None]
         return sum(found), len(found)
 

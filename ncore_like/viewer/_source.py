@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
-from .._compat import fsspec_store, local_store
+from .. import _compat
 from ..archive import IndexedTarArchive, Location
 from ..nodes import Group, IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ..store import is_consolidated_metadata_key
@@ -57,14 +57,14 @@ def open_source(location: str | PurePath | UPath, storage_options: Mapping[str, 
         if path.is_dir():
             if not any((path / key).is_file() for key in ROOT_METADATA_KEYS):
                 raise ValueError(f"{name}: a folder without a zarr hierarchy at its top (no .zgroup or zarr.json)")
-            return _hierarchy(name, ZarrStoreAdapter(local_store(where.local, read_only=True)), None)
+            return _hierarchy(name, ZarrStoreAdapter(_compat.local_store(where.local, read_only=True)), None)
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
         return _archive(name, where.local)
     upath = where.upath
     if upath.name.endswith(".itar") or upath.is_file():
         return _archive(name, upath)
-    store = ZarrStoreAdapter(fsspec_store(upath.fs, upath.path, read_only=True))
+    store = ZarrStoreAdapter(_compat.fsspec_store(upath.fs, upath.path, read_only=True))
     return _hierarchy(name, store, None)
 
 

@@ -128,7 +128,13 @@ def _imports(tree: ast.AST, module: str, package: str, type_checking: bool = Fal
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            yield Import(module, target, type_checking, node.lineno)
+            # ``from .. import _compat`` imports the submodule alone (its package runs as the
+            # parent of every module anyway): no edge to the package's own layer.
+            submodules_only = node.module is None and all(
+                _module_path(f"{target}.{alias.name}") is not None for alias in node.names
+            )
+            if not submodules_only:
+                yield Import(module, target, type_checking, node.lineno)
             if node.module is None or node.level:
                 # ``from . import _root``: the names may be modules themselves.
                 for alias in node.names:

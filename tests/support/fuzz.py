@@ -63,6 +63,7 @@ from ncore_like.archive._format import (
     INDEX_MAGIC,
     pack_index_header,
 )
+from ncore_like.archive._table import decode_table, unpack_table_pointer
 
 T = TypeVar("T")
 NDArray = np.ndarray[Any, Any]
@@ -357,7 +358,15 @@ def load_table(data: bytes) -> tuple[int, dict[Any, Any]] | None:
         return None
     if not isinstance(table, dict):
         return None
-    return offset, dict(table)
+    table = dict(table)
+    # Archives written with checksums keep the CRC32C list in their record table: taken back
+    # into the index, so that an index rewritten here (with a header block pointing at no
+    # table) carries the checksums as the index of older archives does.
+    pointer = unpack_table_pointer(data, offset)
+    if pointer is not None and "crc32c" not in table:
+        with contextlib.suppress(Exception):
+            table["crc32c"] = decode_table(data[pointer.offset : pointer.offset + pointer.size], pointer, "").checksums
+    return offset, table
 
 
 def with_index(data: bytes, offset: int, index: bytes) -> bytes:

@@ -1,0 +1,170 @@
+"""The record table: the index once more, in a form that opens in a fraction of the time.
+
+The xz-compressed CBOR index is what nvidia-ncore reads, and decoding it is most of a first
+open (LZMA decodes at ~100 MB/s; a 20,000-record index inflates to ~0.7 MB, and cbor2 makes
+a Python object per entry). Archives written by ncore_like also carry the same records as a
+*record table*, between the tar end-of-archive blocks and the xz index (where tar and
+nvidia-ncore never look), found through 24 bytes of the index header block that nvidia-ncore
+ignores (after its 20-byte ``<4sIQI``)::
+
+    [tar end][record table, NUL-padded to 512][xz index, padded][header block + table pointer]
+
+The table is a fixed header, then one zlib stream of the gaps (bytes between one payload's
+padded end and the next payload: its tar header blocks), the sizes (both uint32, int64 where
+a number needs it) and the keys
+(UTF-8, NUL-separated: keys never hold NUL), then the CRC32C of every payload as raw uint32
+(incompressible: zlib would only slow them down). Little-endian throughout, records in file
+order. Offsets are a cumulative sum of gaps and padded sizes: numpy does it in microseconds.
+
+Archives written without checksums carry no table (they are byte for byte what nvidia-ncore
+writes). The CRC32C list moves from the xz index into the table (the index then holds the three lists
+nvidia-ncore knows), so the two together stay within twice the size of the index alone.
+A table whose CRC32C (in the pointer) doesn't match, or that doesn't decode, is ignored
+for the xz index, and the archive is read as nvidia-ncore writes them (without checksums
+if its index carries none); ``verify`` reports it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ..errors import ArchiveFormatError
+from ._checksum import checksum
+from ._format import BLOCK_SIZE, Index, IndexHeader, _check_entries, encode_index, padding
+
+__all__ = ["TablePointer", "decode_table", "encode_index_tail", "pack_table_pointer", "unpack_table_pointer"]
+
+_TABLE_MAGIC = b"itartbl1"
+_TABLE_HEAD = struct.Struct("<8sQB7xQ")  # magic, records, flags, zlib stream length
+_HAS_CRCS = 1  # flags: the table ends with the CRC32C list
+_WIDE = 2  # flags: gaps and sizes are int64 (else uint32: less to inflate)
+_POINTER_MAGIC = b"tbl1"
+_POINTER = struct.Struct("<4sQQI")  # magic, table offset, table size, CRC32C of the table
+#: Where the pointer lies in the index header block: after nvidia-ncore's ``<4sIQI``.
+POINTER_START = 20
+_LIMIT = 1 << 62  # no archive is this large: larger values are damage
+
+
+class TablePointer(NamedTuple):
+    """Where an archive's record table lies, and its CRC32C."""
+
+    offset: int
+    size: int
+    crc: int
+
+
+def pack_table_pointer(pointer: TablePointer) -> bytes:
+    return _POINTER.pack(_POINTER_MAGIC, pointer.offset, pointer.size, pointer.crc)
+
+
+def unpack_table_pointer(block: bytes | memoryview, index_offset: int) -> TablePointer | None:
+    """The table pointer in an index header block (its last 512 bytes), None if there is
+    none or it can't point at a table before the xz index at ``index_offset``."""
+    start = len(block) - BLOCK_SIZE + POINTER_START
+    if start < POINTER_START:
+        return None
+    magic, offset, size, crc = _POINTER.unpack_from(block, start)
+    if magic != _POINTER_MAGIC or offset % BLOCK_SIZE or size < _TABLE_HEAD.size or offset + size > index_offset:
+        return None
+    return TablePointer(offset, size, crc)
+
+
+def encode_table(
+    keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], crcs: Sequence[int] | None
+) -> bytes:
+    """The record table of records given in file order."""
+    import numpy as np  # here: the archive layer imports without numpy
+
+    offset_array = np.asarray(offsets, dtype="<i8")
+    size_array = np.asarray(sizes, dtype="<i8")
+    padded_ends = offset_array + size_array + (-size_array % BLOCK_SIZE)
+    gaps = offset_array - np.concatenate(([0], padded_ends[:-1])).astype("<i8")
+    wide = bool(len(keys)) and max(int(gaps.max()), int(size_array.max())) >= 1 << 32
+    numbers = np.concatenate((gaps, size_array)).astype("<i8" if wide else "<u4")
+    packed = zlib.compress(numbers.tobytes() + "\0".join(keys).encode("utf-8"), 6)
+    crc_bytes = b"" if crcs is None else np.asarray(crcs, dtype="<u4").tobytes()
+    flags = (_HAS_CRCS if crcs is not None else 0) | (_WIDE if wide else 0)
+    return _TABLE_HEAD.pack(_TABLE_MAGIC, len(keys), flags, len(packed)) + packed + crc_bytes
+
+
+def decode_table(data: bytes, pointer: TablePointer, archive: str) -> Index:
+    """The index a record table holds, its entries checked as :func:`decode_index` checks
+    an index's; :class:`ArchiveFormatError` if the table is damaged."""
+    import numpy as np
+
+    def damaged(why: str) -> ArchiveFormatError:
+        return ArchiveFormatError(f"damaged record table at offset {pointer.offset} ({why})", archive=archive)
+
+    if len(data) != pointer.size or checksum(data) != pointer.crc:
+        raise damaged("its CRC32C doesn't match")
+    magic, count, flags, packed_size = _TABLE_HEAD.unpack_from(data)
+    crc_size = 4 * count if flags & _HAS_CRCS else 0
+    width = 8 if flags & _WIDE else 4
+    if magic != _TABLE_MAGIC or flags > 3 or _TABLE_HEAD.size + packed_size + crc_size != len(data):
+        raise damaged("unknown layout")
+    if count > pointer.offset // BLOCK_SIZE:  # each record has a header block at least
+        raise damaged(f"{count} records in {pointer.offset} bytes")
+    start = _TABLE_HEAD.size
+    try:
+        # Bounded: the keys are in the tar headers before the table, so no longer than they.
+        inflate = zlib.decompressobj()
+        body = inflate.decompress(data[start : start + packed_size], 2 * width * count + pointer.offset + 1)
+        if not inflate.eof or inflate.unconsumed_tail:
+            raise ValueError("zlib stream too long or cut short")
+        numbers = np.frombuffer(body, dtype="<i8" if width == 8 else "<u4", count=2 * count).astype(np.int64)
+        text = body[2 * width * count :].decode("utf-8")
+    except (zlib.error, ValueError) as error:
+        raise damaged(str(error)) from None
+    keys = text.split("\0") if count else []
+    if len(keys) != count or (not count and text):
+        raise damaged("wrong number of keys")
+    gaps, sizes = numbers[:count], numbers[count:]
+    if count and (int(gaps.min()) < 0 or int(sizes.min()) < 0):
+        raise damaged("negative numbers")
+    if count and (int(gaps.max()) >= _LIMIT or int(sizes.max()) >= _LIMIT):
+        raise damaged("numbers too large")
+    steps = gaps + np.concatenate(([0], sizes[:-1] + (-sizes[:-1] % BLOCK_SIZE))).astype(np.int64)
+    offsets = np.cumsum(steps, dtype=np.int64)
+    if count and bool((offsets < steps).any()):  # a sum past 2**63 wrapped around
+        raise damaged("offsets overflow")
+    # Offsets grow by construction, so an index's checks come down to these: each payload
+    # after a header block of its own, block-aligned, the last one ending before the table.
+    # Where one fails, the index's check says which entry and why.
+    if count and (
+        bool((gaps < BLOCK_SIZE).any())
+        or bool((gaps % BLOCK_SIZE).any())
+        or int(offsets[-1]) + int(sizes[-1]) > pointer.offset
+    ):
+        _check_entries(keys, offsets, sizes, IndexHeader(1, pointer.offset, pointer.size), archive)
+        raise damaged("entries out of place")  # not reached: the check above raises
+    crcs = np.frombuffer(data, dtype="<u4", count=count, offset=start + packed_size).tolist() if crc_size else None
+    return Index(keys, offsets.tolist(), sizes.tolist(), crcs)
+
+
+def encode_index_tail(
+    start: int, keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], checksums: Sequence[int] | None
+) -> bytes:
+    """What follows the tar end-of-archive blocks ending at ``start``: the record table, the
+    xz index (without the CRC32C list, which the table holds) and the index header block
+    pointing at both. Without checksums, the xz index and its header alone: byte for byte
+    what nvidia-ncore writes."""
+    from ._format import pack_index_header
+
+    if checksums is None or not keys:  # an empty archive: its (empty) list in the index is no burden
+        index = encode_index(keys, offsets, sizes, checksums)
+        return b"".join((index, bytes(padding(len(index))), pack_index_header(start, len(index))))
+    order = sorted(range(len(keys)), key=offsets.__getitem__)
+    keys = [keys[i] for i in order]
+    offsets = [offsets[i] for i in order]
+    sizes = [sizes[i] for i in order]
+    crcs = None if checksums is None else [checksums[i] for i in order]
+    table = encode_table(keys, offsets, sizes, crcs)
+    index = encode_index(keys, offsets, sizes)
+    index_offset = start + len(table) + padding(len(table))
+    header = pack_index_header(index_offset, len(index))
+    pointer = pack_table_pointer(TablePointer(start, len(table), checksum(table)))
+    header = header[:POINTER_START] + pointer + header[POINTER_START + len(pointer) :]
+    return b"".join((table, bytes(padding(len(table))), index, bytes(padding(len(index))), header))

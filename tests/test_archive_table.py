@@ -1,0 +1,213 @@
+"""The record table (archive/_table.py): archives written with checksums open from it, and
+every reader of the format still reads them (tar, nvidia-ncore); damage falls back to the
+xz index."""
+
+from __future__ import annotations
+
+import logging
+import lzma
+import random
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import crc32c
+import pytest
+
+from ncore_like import IndexedTarArchive
+from ncore_like.archive import _reading
+from ncore_like.archive._format import BLOCK_SIZE, INDEX_HEADER_FORMAT, encode_index, padding
+from ncore_like.archive._table import (
+    POINTER_START,
+    TablePointer,
+    decode_table,
+    encode_table,
+    pack_table_pointer,
+    unpack_table_pointer,
+)
+from ncore_like.archive._verify import verify_archive
+
+
+def sample(count: int = 300, seed: int = 5) -> dict[str, bytes]:
+    rng = random.Random(seed)
+    records = {f"frames/c/{i}/0": rng.randbytes(rng.randrange(0, 3000)) for i in range(count)}
+    records["long/" + "k" * 140] = b"a pax header before it"
+    records["unicode/kamera_ü/光"] = b"unicode"
+    return records
+
+
+def write(path: Path, records: dict[str, bytes]) -> None:
+    with IndexedTarArchive(path, mode="w") as archive:
+        for key, value in records.items():
+            archive[key] = value
+
+
+def xz_index(raw: bytes) -> tuple[int, int, dict[str, Any]]:
+    """Offset, size and lists of the xz index, decoded with lzma and cbor2 themselves."""
+    _, _, offset, size = struct.unpack_from(INDEX_HEADER_FORMAT, raw, len(raw) - BLOCK_SIZE)
+    return offset, size, cbor2.loads(lzma.decompress(raw[offset : offset + size]))
+
+
+def pointer_of(raw: bytes) -> TablePointer:
+    offset, _, _ = xz_index(raw)
+    pointer = unpack_table_pointer(raw, offset)
+    assert pointer is not None
+    return pointer
+
+
+def with_table(raw: bytes, table: bytes) -> bytes:
+    """``raw`` with its record table replaced by ``table`` (no longer than the old one with
+    its padding), the pointer updated."""
+    pointer = pointer_of(raw)
+    room = pointer.size + padding(pointer.size)
+    assert len(table) <= room
+    data = bytearray(raw)
+    data[pointer.offset : pointer.offset + room] = table + bytes(room - len(table))
+    new = pack_table_pointer(TablePointer(pointer.offset, len(table), crc32c.crc32c(table)))
+    data[len(data) - BLOCK_SIZE + POINTER_START : len(data) - BLOCK_SIZE + POINTER_START + len(new)] = new
+    return bytes(data)
+
+
+def test_archives_open_from_the_record_table_not_the_xz_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = sample()
+    write(tmp_path / "a.itar", records)
+    raw = (tmp_path / "a.itar").read_bytes()
+
+    def refuse(*args: object) -> object:
+        raise AssertionError("the xz index was decoded")
+
+    monkeypatch.setattr(_reading, "decode_index", refuse)
+    archive = IndexedTarArchive(tmp_path / "a.itar", verify_checksums=True)
+    assert archive.has_checksums and archive.keys() == list(records)
+    assert {key: archive[key] for key in records} == records
+    _, _, index = xz_index(raw)  # what nvidia-ncore reads: the same records, where they are
+    assert index["items"] == archive.keys()
+    assert index["offset_datas"] == [archive.records[key].offset for key in index["items"]]
+    assert index["sizes"] == [len(records[key]) for key in index["items"]]
+
+
+def test_tar_and_nvidia_ncore_read_archives_with_a_record_table(tmp_path: Path) -> None:
+    records = sample(40)
+    write(tmp_path / "a.itar", records)
+    pointer_of((tmp_path / "a.itar").read_bytes())  # it has one
+    listed = subprocess.run(["tar", "-tf", str(tmp_path / "a.itar")], capture_output=True, text=True, check=True)
+    assert listed.stdout.splitlines() == list(records)
+    for key in ("frames/c/7/0", "long/" + "k" * 140, "unicode/kamera_ü/光"):
+        out = subprocess.run(["tar", "-xOf", str(tmp_path / "a.itar"), key], capture_output=True, check=True)
+        assert out.stdout == records[key]
+
+
+@pytest.mark.reference
+def test_nvidia_ncore_reads_archives_with_a_record_table(tmp_path: Path) -> None:
+    import hashlib
+
+    from tests.support.reference import run_reference
+
+    records = sample(40)
+    write(tmp_path / "a.itar", records)
+    pointer_of((tmp_path / "a.itar").read_bytes())
+    dump = run_reference("dump-records", str(tmp_path / "a.itar"))
+    assert dump["keys"] == list(records)
+    assert all(dump["records"][key]["sha256"] == hashlib.sha256(value).hexdigest() for key, value in records.items())
+
+
+def test_index_and_table_stay_within_twice_the_size_of_the_index_with_checksums(tmp_path: Path) -> None:
+    records = sample(5000)
+    write(tmp_path / "a.itar", records)
+    raw = (tmp_path / "a.itar").read_bytes()
+    _, _, index = xz_index(raw)
+    # The index as it was before the table: the four lists in one xz stream.
+    before = dict(index, crc32c=[crc32c.crc32c(records[key]) for key in index["items"]])
+    old_size = len(lzma.compress(cbor2.dumps(before), format=lzma.FORMAT_XZ))
+    now = len(raw) - BLOCK_SIZE - pointer_of(raw).offset  # table, index and their padding
+    assert now <= 2 * old_size
+
+
+@pytest.mark.parametrize("where", ["zlib stream", "checksum list"])
+def test_a_damaged_table_falls_back_to_the_xz_index(
+    where: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = sample()
+    write(tmp_path / "a.itar", records)
+    raw = bytearray((tmp_path / "a.itar").read_bytes())
+    pointer = pointer_of(bytes(raw))
+    # The middle of the table is in its zlib stream, its last byte the last record's CRC32C.
+    raw[pointer.offset + (pointer.size // 2 if where == "zlib stream" else pointer.size - 1)] ^= 0x10
+    (tmp_path / "b.itar").write_bytes(raw)
+    with caplog.at_level(logging.WARNING, logger="ncore_like.archive.index"):
+        archive = IndexedTarArchive(tmp_path / "b.itar")
+    assert {key: archive[key] for key in records} == records
+    assert not archive.has_checksums  # the xz index carries none: reads can't be checked
+    assert any(str(tmp_path / "b.itar") in message and "damaged record table" in message for message in caplog.messages)
+    report = verify_archive(archive)
+    assert any("damaged record table" in problem.message for problem in report.problems)
+
+
+def test_table_entries_out_of_place_are_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A table whose own checksum matches but whose entries can't be payloads (a writer's
+    # bug, or crafted): read through the xz index instead, never served.
+    records = sample(20)
+    write(tmp_path / "a.itar", records)
+    raw = (tmp_path / "a.itar").read_bytes()
+    pointer = pointer_of(raw)
+    table = decode_table(raw[pointer.offset : pointer.offset + pointer.size], pointer, "a")
+    for position, shift in ((3, BLOCK_SIZE), (0, -BLOCK_SIZE), (len(table.keys) - 1, 100 * BLOCK_SIZE)):
+        offsets = list(table.offsets)
+        offsets[position] += shift  # into the next record's header, before the first header, past the table
+        crafted = with_table(raw, encode_table(table.keys, offsets, table.sizes, table.checksums))
+        (tmp_path / "b.itar").write_bytes(crafted)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="ncore_like.archive.index"):
+            archive = IndexedTarArchive(tmp_path / "b.itar")
+        assert {key: archive[key] for key in records} == records
+        assert any(repr(table.keys[position]) in message for message in caplog.messages), caplog.messages
+        _reading._decoded_indices.clear()
+
+
+def test_a_pointer_without_a_table_is_ignored(tmp_path: Path) -> None:
+    records = sample(20)
+    write(tmp_path / "a.itar", records)
+    raw = bytearray((tmp_path / "a.itar").read_bytes())
+    block = len(raw) - BLOCK_SIZE + POINTER_START
+    offset, _, _ = xz_index(bytes(raw))
+    for pointer in (bytes(range(24)), pack_table_pointer(TablePointer(offset, 100, 0)), bytes(24)):
+        raw[block : block + 24] = pointer
+        (tmp_path / "b.itar").write_bytes(raw)
+        archive = IndexedTarArchive(tmp_path / "b.itar")
+        assert {key: archive[key] for key in records} == records
+
+
+def test_verify_finds_a_table_and_an_index_that_disagree(tmp_path: Path) -> None:
+    records = sample(20)
+    write(tmp_path / "a.itar", records)
+    raw = (tmp_path / "a.itar").read_bytes()
+    offset, size, index = xz_index(raw)
+    items = list(index["items"])
+    items[2] = items[2] + "x"  # nvidia-ncore would see another key than we do
+    changed = encode_index(items, index["offset_datas"], index["sizes"])
+    assert len(changed) + padding(len(changed)) == size + padding(size)
+    data = bytearray(raw)
+    data[offset : offset + size + padding(size)] = changed + bytes(padding(len(changed)))
+    struct.pack_into("<Q", data, len(data) - BLOCK_SIZE + 8, offset)
+    struct.pack_into("<I", data, len(data) - BLOCK_SIZE + 16, len(changed))
+    (tmp_path / "b.itar").write_bytes(data)
+    report = verify_archive(IndexedTarArchive(tmp_path / "b.itar"))
+    assert [problem.message for problem in report.problems] == [
+        "the record table and the xz index (what nvidia-ncore reads) list different records"
+    ]
+    assert verify_archive(IndexedTarArchive(tmp_path / "a.itar")).ok
+
+
+def test_tables_round_trip_numbers_beyond_32_bits() -> None:
+    keys = ["a", "b/ü", "c"]
+    offsets = [BLOCK_SIZE, 3 * BLOCK_SIZE + (5 << 32), 6 * BLOCK_SIZE + (10 << 32)]
+    sizes = [10, (5 << 32) - 3 * BLOCK_SIZE, 7]
+    table = encode_table(keys, offsets, sizes, [1, 2, 3])
+    decoded = decode_table(table, TablePointer(20 << 32, len(table), crc32c.crc32c(table)), "x")
+    assert (decoded.keys, decoded.offsets, decoded.sizes, decoded.checksums) == (keys, offsets, sizes, [1, 2, 3])
+    narrow = encode_table(keys[:1], offsets[:1], sizes[:1], None)
+    decoded = decode_table(narrow, TablePointer(4 * BLOCK_SIZE, len(narrow), crc32c.crc32c(narrow)), "x")
+    assert (decoded.keys, decoded.offsets, decoded.sizes, decoded.checksums) == (["a"], [BLOCK_SIZE], [10], None)
+    assert len(narrow) < len(table)  # uint32 numbers where they fit

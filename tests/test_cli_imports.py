@@ -1,0 +1,75 @@
+"""The command line starts fast: ``--help`` and the commands that read an archive's index
+import only what they use (checked in fresh interpreters, where imports are visible)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from ncore_like import IndexedTarArchive
+from ncore_like.cli import COMMANDS, build_parser
+
+#: Top-level packages no command that only lists records needs.
+HEAVY = ("zarr", "numcodecs", "fsspec", "upath", "asyncio", "aiohttp", "tqdm", "dask", "torch")
+
+
+def modules_after(arguments: list[str]) -> set[str]:
+    """The modules a fresh interpreter holds after running the command line with ``arguments``."""
+    code = (
+        "import sys\n"
+        "from ncore_like.cli import main\n"
+        "try:\n"
+        f"    code = main({arguments!r})\n"
+        "except SystemExit as exit_:\n"
+        "    code = exit_.code\n"
+        "print('\\n'.join(sys.modules), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    modules = set(result.stderr.split())
+    assert "ncore_like.cli" in modules  # else the test would pass vacuously
+    return modules
+
+
+def heavy(modules: set[str]) -> list[str]:
+    return sorted(module for module in modules if module.split(".")[0] in HEAVY)
+
+
+def test_help_imports_no_command_module_and_nothing_heavy() -> None:
+    modules = modules_after(["--help"])
+    assert heavy(modules) == [] and "numpy" not in modules
+    assert (
+        sorted(
+            module
+            for module in modules
+            if module.startswith("ncore_like.cli._")
+            and module != "ncore_like.cli._common"
+            and module != "ncore_like.cli._signals"
+        )
+        == []
+    )
+
+
+def test_ls_imports_no_zarr_no_store_and_no_other_command(tmp_path: Path) -> None:
+    with IndexedTarArchive(tmp_path / "a.itar", "w") as archive:
+        for index in range(50):
+            archive[f"c/{index}"] = bytes(index)
+    modules = modules_after(["ls", "-l", str(tmp_path / "a.itar")])
+    assert heavy(modules) == []
+    assert "ncore_like.store" not in modules and "ncore_like.nodes" not in modules
+    assert "ncore_like.cli._ls" in modules and "ncore_like.cli._pack" not in modules
+
+
+def test_the_summaries_listed_without_their_modules_are_the_modules_own() -> None:
+    def summaries(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {choice.dest: choice.help for choice in action._choices_actions}
+
+    full = summaries(build_parser())
+    assert full == {name: summary for name, (_, summary) in COMMANDS.items()}
+    assert summaries(build_parser("ls")) == full
+    # A command's own options are there when it runs.
+    assert build_parser("ls").parse_args(["ls", "-l", "x.itar"]).long

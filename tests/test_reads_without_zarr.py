@@ -1,0 +1,113 @@
+"""Reading needs no zarr-python: opening a store, looking nodes up, reading arrays and blobs
+(sync, async, out=, batches), ArchiveCollection and the read-only commands run on the
+metadata views, the backend and numcodecs alone; zarr-python comes with what asks for it
+(``.zarr``, writing, a selection the fast planner doesn't cover). Each path runs in a fresh
+interpreter, where imports are visible."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncore_like import BloscCompression, IndexedTarZarrStore
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("zarr-free") / "h.itar"
+    with IndexedTarZarrStore(path, "w") as store:
+        root = store.create_root_group({"a": 1})
+        group = root.create_group("g")
+        group.create_array("rows", np.arange(600, dtype=np.float32).reshape(20, 30), chunks=(1, 30),
+                           compression=BloscCompression())  # fmt: skip
+        group.create_array("block", np.arange(64, dtype=np.int16).reshape(8, 8), chunks=(4, 4), compression=None)
+        root.create_bytes_array("blob", b"some bytes")
+        store.consolidate()
+    return path
+
+
+def zarr_imported(code: str) -> bool:
+    """Whether a fresh interpreter imported zarr-python running ``code`` (which must work)."""
+    script = f"import sys\n{code}\nprint('zarr' in sys.modules, file=sys.__stdout__)\n"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()[-1] == "True"
+
+
+OPEN = (
+    "import asyncio\nimport numpy as np\nfrom ncore_like import IndexedTarZarrStore\n"
+    "store = IndexedTarZarrStore({path!r})\n"
+)
+
+READS = {
+    "rows by int and numpy int": "a = store.open_root_group().group('g').array('rows')\n"
+    "assert a.read(3)[0] == 90 and a[np.int64(-1)][1] == 571",
+    "a block, out=": "a = store.open_root_group().group('g').array('block')\n"
+    "out = np.empty((2, 8), np.int16)\na.read(np.s_[3:5], out=out)\nassert out[0, 0] == 24",
+    "a batch of rows": "a = store.open_root_group().group('g').array('rows')\nassert a.read([1, 5, 9])[2, 0] == 270",
+    "async": "a = store.open_root_group().group('g').array('rows')\nassert asyncio.run(a.read_async(2))[0] == 60",
+    "a blob": "assert store.open_root_group().array('blob').read_bytes() == b'some bytes'",
+    "unconsolidated": "assert store.open_root_group(False).group('g').array('rows').read(1)[0] == 30",
+    "members and attributes": "root = store.open_root_group()\nassert root.attributes['a'] == 1 and 'g' in root",
+    "a collection": "from ncore_like import ArchiveCollection\n"
+    "collection = ArchiveCollection([{path!r}])\nassert len(collection) == 1",
+}
+
+
+@pytest.mark.parametrize("name", sorted(READS))
+def test_reading_imports_no_zarr(archive: Path, name: str) -> None:
+    assert not zarr_imported(OPEN.format(path=str(archive)) + READS[name].format(path=str(archive)))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "store.open_root_group().group('g').array('rows').zarr",  # asked for
+        "store.open_root_group().group('g').array('rows')[::2, 3]",  # a step: zarr-python's indexers
+    ],
+)
+def test_zarr_comes_with_what_asks_for_it(archive: Path, code: str) -> None:
+    assert zarr_imported(OPEN.format(path=str(archive)) + code)
+
+
+def test_writing_imports_zarr(tmp_path: Path) -> None:
+    code = (
+        "from ncore_like import IndexedTarZarrStore\n"
+        f"with IndexedTarZarrStore({str(tmp_path / 'w.itar')!r}, 'w') as store:\n"
+        "    store.create_root_group({})\n"
+    )
+    assert zarr_imported(code)
+
+
+@pytest.mark.parametrize("command", [["ls"], ["info"], ["tree"], ["cat", "g/rows[2]"], ["verify"]])
+def test_read_only_commands_import_no_zarr(archive: Path, command: list[str]) -> None:
+    arguments = [command[0], str(archive), *command[1:]]
+    code = (
+        "import os\n"
+        "from ncore_like.cli import main\n"
+        "sys.stdout = open(os.devnull, 'w')\n"
+        f"assert main({arguments!r}) == 0\n"
+    )
+    assert not zarr_imported(code)
+
+
+def test_a_blocking_local_read_imports_neither_asyncio_nor_fsspec(archive: Path) -> None:
+    listing = (
+        "print(sorted(m for m in ('asyncio', 'fsspec', 'upath', 'zarr') if m in sys.modules), file=sys.__stdout__)\n"
+    )
+    read = (
+        "from ncore_like import IndexedTarZarrStore\n"
+        f"store = IndexedTarZarrStore({str(archive)!r})\n"
+        "store.open_root_group().group('g').array('rows').read(3)\n"
+    )
+    found = []
+    # What numpy and numcodecs import themselves (older numcodecs import asyncio) is theirs.
+    for code in (read, "import numpy, numcodecs.blosc\n"):
+        result = subprocess.run([sys.executable, "-c", "import sys\n" + code + listing], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        found.append(set(eval(result.stdout)))
+    assert found[0] - found[1] == set()

@@ -1,0 +1,142 @@
+"""Every common index form reads what numpy reads and takes the fast path: Python and numpy
+integers of any width, 0-d integer arrays, negative indices, tuples mixing them with
+slices, Ellipsis, integer lists and arrays on the first axis (property tests against numpy;
+the fast path is seen in the backend's counts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ncore_like import BloscCompression, IndexedTarZarrStore
+from ncore_like.backend._selection import basic_dims, canonical, expanded, is_basic
+
+SHAPE = (13, 7, 5)
+ROWS = (20, 6)
+SIGNED = (int, np.int8, np.int16, np.int32, np.int64, np.intp)
+UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+@pytest.fixture(scope="module")
+def arrays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Any, np.ndarray[Any, Any]]]]:
+    """A block-chunked and a row-chunked array of an archive opened for reading, with their values."""
+    path: Path = tmp_path_factory.mktemp("selections") / "a.itar"
+    block = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
+    rows = np.arange(np.prod(ROWS), dtype=np.int16).reshape(ROWS) - 50
+    with IndexedTarZarrStore(path, "w") as store:
+        root = store.create_root_group({})
+        root.create_array("block", block, chunks=(4, 3, 5), compression=BloscCompression())
+        root.create_array("rows", rows, chunks=(1, 6), compression=None)
+        store.consolidate()
+    with IndexedTarZarrStore(path) as store:
+        root = store.open_root_group()
+        yield {"block": (root.array("block"), block), "rows": (root.array("rows"), rows)}
+
+
+@st.composite
+def integers(draw: st.DrawFn, size: int) -> Any:
+    """An index into a dimension of ``size`` as a user may hold it."""
+    index = draw(st.integers(-size, size - 1))
+    kinds: list[Any] = [*SIGNED, "0-d"] + (list(UNSIGNED) if index >= 0 else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "0-d":
+        return np.array(index, dtype=draw(st.sampled_from([np.int64, np.int32] + ([np.uint16] if index >= 0 else []))))
+    return kind(index)
+
+
+@st.composite
+def unit_slices(draw: st.DrawFn, size: int) -> slice:
+    bound = st.none() | st.integers(-size - 2, size + 2).map(lambda value: draw(st.sampled_from(SIGNED))(value))
+    return slice(draw(bound), draw(bound), draw(st.sampled_from([None, 1])))
+
+
+@st.composite
+def selections(draw: st.DrawFn, shape: tuple[int, ...]) -> Any:
+    """A basic selection: some leading dimensions as ints or unit-step slices, perhaps an
+    Ellipsis among them, as a tuple or a single item."""
+    lead = draw(st.integers(0, len(shape)))
+    items: list[Any] = [draw(integers(size) | unit_slices(size)) for size in shape[:lead]]
+    if draw(st.booleans()):  # an Ellipsis, then items for the last dimensions
+        trail = draw(st.integers(0, len(shape) - lead))
+        items += [Ellipsis] + [draw(integers(size) | unit_slices(size)) for size in shape[len(shape) - trail :]]
+    if len(items) == 1 and draw(st.booleans()):
+        return items[0]
+    return tuple(items)
+
+
+@st.composite
+def row_lists(draw: st.DrawFn, shape: tuple[int, ...]) -> Any:
+    """Integer rows on the first axis (a list or an array of any integer type), perhaps
+    followed by unit-step slices."""
+    indices = draw(st.lists(st.integers(-shape[0], shape[0] - 1), min_size=1, max_size=6))
+    form = draw(st.sampled_from(["list", "int64", "int32", "uint16", "numpy ints"]))
+    if form == "list":
+        rows: Any = indices
+    elif form == "numpy ints":
+        rows = [np.int64(index) for index in indices]
+    else:
+        if form == "uint16":
+            indices = [index % shape[0] for index in indices]
+        rows = np.array(indices, dtype=form)
+    rest = [draw(unit_slices(size)) for size in shape[1 : 1 + draw(st.integers(0, len(shape) - 1))]]
+    return (rows, *rest) if rest or draw(st.booleans()) else rows
+
+
+def assert_reads_as_numpy(array: Any, values: np.ndarray[Any, Any], selection: Any) -> None:
+    expected = values[selection]
+    before = dict(array.backend.stats)
+    result = array.read(selection)
+    assert result.shape == expected.shape and np.array_equal(result, expected), selection
+    out = np.empty(expected.shape, values.dtype)
+    assert array.read(selection, out=out) is out and np.array_equal(out, expected), selection
+    assert np.array_equal(array[selection], expected), selection
+    taken = {path: count - before.get(path, 0) for path, count in array.backend.stats.items()}
+    fallbacks = [path for path, count in taken.items() if count and path.startswith("fallback")]
+    assert not fallbacks, (selection, fallbacks)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_basic_selections_read_as_numpy_on_the_fast_path(arrays: dict[str, Any], data: st.DataObject) -> None:
+    for name in ("block", "rows"):
+        array, values = arrays[name]
+        assert_reads_as_numpy(array, values, data.draw(selections(values.shape), label=name))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_integer_rows_on_the_first_axis_read_as_numpy_on_the_fast_path(
+    arrays: dict[str, Any], data: st.DataObject
+) -> None:
+    for name in ("block", "rows"):
+        array, values = arrays[name]
+        assert_reads_as_numpy(array, values, data.draw(row_lists(values.shape), label=name))
+
+
+@pytest.mark.parametrize("index", [5, -3, np.int64(5), np.uint8(5), np.int16(-3), np.array(5), np.array(-3, np.int32)])
+def test_every_integer_form_takes_the_row_path(arrays: dict[str, Any], index: Any) -> None:
+    array, values = arrays["rows"]
+    before = array.backend.stats.get("fast", 0)
+    row, again = array.read(index), array.read((index,))
+    assert row.shape == values[index].shape and np.array_equal(row, values[index])
+    assert np.array_equal(again, values[index])
+    assert array.backend.stats.get("fast", 0) == before + 2
+
+
+def test_canonical_forms() -> None:
+    assert canonical(np.int64(3)) == 3 and type(canonical(np.int64(3))) is int
+    assert canonical((np.uint32(2), slice(1, 3), Ellipsis)) == (2, slice(1, 3), Ellipsis)
+    assert canonical((np.array(4),)) == 4 and type(canonical(np.array(-1, np.int8))) is int
+    mask = np.array([True, False])
+    assert canonical(mask) is mask and canonical(True) is True and canonical(np.bool_(True)) == np.bool_(True)
+    assert canonical([np.int64(1), 2]) == [1, 2]  # lists stay what they are (numpy's meaning)
+    assert expanded((1, Ellipsis, 2), 4) == [1, slice(None), slice(None), 2]
+    assert expanded((Ellipsis, Ellipsis), 3) is None and expanded((1, 2, 3), 2) is None
+    assert basic_dims((-1, slice(None, 2)), (4, 5)) == [3, (0, 2)]
+    assert basic_dims((4,), (4,)) is None and basic_dims(slice(0, 4, 2), (4,)) is None
+    assert is_basic((1, slice(None), Ellipsis)) and not is_basic((slice(None, None, 2),)) and not is_basic([1])
