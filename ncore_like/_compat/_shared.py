@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from ..errors import NcoreLikeError, NodeMetadataError
@@ -105,6 +105,12 @@ class StorePrimitives(ABC):
     async def set_bytes_async(self, key: str, value: bytes | memoryview) -> None:
         """:meth:`set_bytes_sync` without blocking the running loop."""
         self.set_bytes_sync(key, value)
+
+    def set_many_sync(self, items: Sequence[tuple[str, bytes | memoryview]]) -> None:
+        """Stores values in order, as :meth:`set_bytes_sync` one by one (stores that can
+        write a batch at once override it)."""
+        for key, value in items:
+            self.set_bytes_sync(key, value)
 
     @abstractmethod
     def delete_sync(self, key: str) -> None:

@@ -10,7 +10,7 @@ written under either version are byte-identical.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeAlias
 
@@ -70,6 +70,7 @@ __all__ = [
     "write_array_metadata",
     "write_basic_selection",
     "write_record",
+    "write_records",
 ]
 
 # zarr-python 2 has no type hints: its classes are ``Any`` to the type checker.
@@ -573,6 +574,15 @@ def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:
         store.set_bytes_sync(key, data)
     else:
         store[key] = bytes(data)
+
+
+def write_records(store: ZarrStore, items: Sequence[tuple[str, bytes | memoryview]]) -> None:
+    """Stores records in order (an archive's store writes them as one batch)."""
+    if isinstance(store, SyncZarrStore):
+        store.set_many_sync(items)
+    else:
+        for key, data in items:
+            write_record(store, key, data)
 
 
 def read_record(store: ZarrStore, key: str) -> bytes | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import numcodecs
@@ -71,6 +71,7 @@ __all__ = [
     "write_array_metadata",
     "write_basic_selection",
     "write_record",
+    "write_records",
 ]
 
 T = TypeVar("T")
@@ -585,6 +586,15 @@ def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:
         store.set_bytes_sync(key, data)
     else:
         run_zarr(store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+
+
+def write_records(store: ZarrStore, items: Sequence[tuple[str, bytes | memoryview]]) -> None:
+    """Stores records in order (an archive's store writes them as one batch)."""
+    if isinstance(store, SyncZarrStore):
+        store.set_many_sync(items)
+    else:
+        for key, data in items:
+            write_record(store, key, data)
 
 
 def read_record(store: ZarrStore, key: str) -> bytes | None:

@@ -7,7 +7,7 @@ The public class is a thin face: an archive opened for reading is a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -350,6 +350,13 @@ class IndexedTarArchive:
         reading, :class:`~ncore_like.InvalidKeyError` for keys that can't name a record.
         """
         self._impl.write(key, value)
+
+    def write_many(self, items: Sequence[tuple[str, bytes | bytearray | memoryview]]) -> None:
+        """Stores records in order: the same archive as :meth:`write` one by one, faster for
+        many small records (one lock, one pass). Every key is checked before anything is
+        written: a key that can't name a record, one that exists, or one given twice raises
+        what :meth:`write` raises for it and writes nothing of the batch."""
+        self._impl.write_many(items)
 
     def flush(self) -> None:
         """Makes every record written so far durable without closing: the node metadata

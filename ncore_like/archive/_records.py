@@ -12,7 +12,7 @@ implementation carries a branch on the mode.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, get_args
 
 from ..errors import ChecksumError, ReadOnlyError
@@ -219,6 +219,10 @@ class ArchiveBase:
 
     def write(self, key: str, value: bytes | bytearray | memoryview) -> None:
         raise ReadOnlyError(f"archive is opened for reading, can't write {key!r}", archive=self.name)
+
+    def write_many(self, items: Sequence[tuple[str, bytes | bytearray | memoryview]]) -> None:
+        keys = ", ".join(repr(key) for key, _ in items[:3]) + (", ..." if len(items) > 3 else "")
+        raise ReadOnlyError(f"archive is opened for reading, can't write {keys}", archive=self.name)
 
     def flush(self) -> None:
         pass

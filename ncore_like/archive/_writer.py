@@ -536,6 +536,26 @@ class ArchiveWriter:
             crcs.append(crc)
         return offset
 
+    def append_many(self, keys: Sequence[str], payloads: Sequence[_Buffer], offsets: list[int]) -> None:
+        """Writes records in order, the same bytes as :meth:`append` one by one, appending
+        each one's payload offset to ``offsets`` once it is written (on a failure, ``offsets``
+        tells the records written before it)."""
+        crcs = self.crcs
+        write = self._sink.write
+        position = self.position
+        for key, payload in zip(keys, payloads, strict=True):
+            size = len(payload)
+            crc = None if crcs is None else checksum(payload)
+            header = member_header(key, size, crc)
+            pad = padding(size)
+            write((header, payload, _PADDING[:pad]), len(header) + size + pad)
+            offset = position + len(header)
+            position = self.position = offset + size + pad
+            if crcs is not None:
+                assert crc is not None
+                crcs.append(crc)
+            offsets.append(offset)
+
     def read_back(self, offset: int, size: int) -> bytes:
         """Reads a record written already (local files only)."""
         return self._sink.read_back(offset, size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from typing import Literal
 
 from .._concurrency import run_in_worker
@@ -128,7 +129,8 @@ class WritingArchive(ArchiveBase):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def write(self, key: str, value: bytes | bytearray | memoryview) -> None:
+    def _payload(self, key: str, value: bytes | bytearray | memoryview) -> memoryview:
+        """The bytes of a record to write under ``key`` (checked, as is the key)."""
         validate_key(key, self.name)
         try:
             view = memoryview(value)
@@ -136,7 +138,47 @@ class WritingArchive(ArchiveBase):
             raise TypeError(f"{self.name}: record {key!r} must be bytes-like ({error})") from error
         if not view.c_contiguous:
             raise ValueError(f"{self.name}: record {key!r} is not a contiguous buffer")
-        payload = view.cast("B")
+        return view.cast("B")
+
+    def _exists_error(self, key: str) -> RecordExistsError:
+        return RecordExistsError(key, f"record {key!r} exists already (records are write-once)", archive=self.name)
+
+    def write_many(self, items: Sequence[tuple[str, bytes | bytearray | memoryview]]) -> None:
+        """Writes records in order under one lock (the bytes of :meth:`write` one by one).
+        Every key is checked first: a bad or taken key (also one twice in ``items``) writes
+        nothing of the batch."""
+        checked = [(key, self._payload(key, value)) for key, value in items]
+        with self.lock:
+            self._check_writable()
+            positions = self.table.positions
+            keys: list[str] = []
+            payloads: list[memoryview] = []
+            metadata: dict[str, bytes] = {}
+            for key, payload in checked:
+                if is_node_metadata_key(key):
+                    metadata[key] = bytes(payload)
+                    continue
+                if key in positions:
+                    raise self._exists_error(key)
+                keys.append(key)
+                payloads.append(payload)
+            if len(set(keys)) != len(keys):
+                seen: set[str] = set()
+                for key in keys:
+                    if key in seen:
+                        raise self._exists_error(key)
+                    seen.add(key)
+            self._metadata.update(metadata)
+            offsets: list[int] = []
+            try:
+                self._writer.append_many(keys, payloads, offsets)
+            finally:  # the records written before a failure are counted, as one by one
+                append = self.table.append
+                for key, offset, payload in zip(keys, offsets, payloads, strict=False):
+                    append(key, offset, len(payload))
+
+    def write(self, key: str, value: bytes | bytearray | memoryview) -> None:
+        payload = self._payload(key, value)
         metadata = is_node_metadata_key(key)
         with self.lock:
             self._check_writable()
@@ -144,9 +186,7 @@ class WritingArchive(ArchiveBase):
                 self._metadata[key] = bytes(payload)
                 return
             if key in self.table.positions:
-                raise RecordExistsError(
-                    key, f"record {key!r} exists already (records are write-once)", archive=self.name
-                )
+                raise self._exists_error(key)
             self._append(key, payload)
 
     def _check_writable(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
@@ -35,6 +35,10 @@ NDArray = np.ndarray[Any, Any]
 
 #: Errors of invalid selections, re-raised with the array and its store named.
 _SELECTION_ERRORS = (IndexError, TypeError)
+#: A batch of new chunk records goes to the store when it holds this many bytes or records
+#: (large records go alone: batching only saves per-record Python work).
+_WRITE_BATCH_BYTES = 256 << 10
+_WRITE_BATCH_RECORDS = 512
 
 
 def _named(error: BaseException, where: str) -> BaseException:
@@ -422,8 +426,22 @@ class Array(_ArrayNode):
         view = self._view
         return view.chunk_key(coords) if view is not None else _compat.chunk_key(self.zarr, coords)  # type: ignore[union-attr]
 
-    def _write_chunk_record(self, coords: tuple[int, ...], record: bytes | memoryview) -> None:
-        _compat.write_record(self._record_store(), self._chunk_key(coords), record)
+    def _write_new_chunks(self, records: Iterable[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
+        """Stores the chunk records of a new array as they come, small ones in batches (an
+        archive writes a batch under one lock in one pass: ~half the Python work of a
+        record written alone)."""
+        store = self._record_store()
+        key = self._chunk_key
+        batch: list[tuple[str, bytes | memoryview]] = []
+        size = 0
+        for coords, record in records:
+            batch.append((key(coords), record))
+            size += len(record)
+            if size >= _WRITE_BATCH_BYTES or len(batch) >= _WRITE_BATCH_RECORDS:
+                _compat.write_records(store, batch)
+                batch, size = [], 0
+        if batch:
+            _compat.write_records(store, batch)
 
     def _write_chunk_records(self, records: Sequence[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
         """Stores chunk records; in an archive, chunks written already are found before
@@ -433,8 +451,7 @@ class Array(_ArrayNode):
         for key in keys if self._write_once() else ():
             if _compat.record_exists(store, key):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
-        for key, (_, record) in zip(keys, records, strict=True):
-            _compat.write_record(store, key, record)
+        _compat.write_records(store, [(key, record) for key, (_, record) in zip(keys, records, strict=True)])
 
     def _chunk_writer(self) -> _ChunkWriter | None:
         """How whole chunks of this array are encoded, None if zarr-python must do it (codecs

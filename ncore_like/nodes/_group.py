@@ -280,8 +280,7 @@ class Group(_GroupNode):
         # Chunks are written as they are encoded (on the worker pool when compressed), and
         # uncompressed ones straight from ``values``: the records are written before this
         # returns, so no copy is needed.
-        for coords, record in encode_chunks(values, resolved, fill_value, compression, copy=False):
-            array._write_chunk_record(coords, record)
+        array._write_new_chunks(encode_chunks(values, resolved, fill_value, compression, copy=False))
         return array
 
     def _new_array(

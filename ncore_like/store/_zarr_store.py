@@ -9,7 +9,7 @@ deletes chunks equal to the fill value); deleting a written record is an error.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -233,6 +233,10 @@ class ItarZarrStore(SyncZarrStore):
     def set_bytes_sync(self, key: str, value: bytes | memoryview) -> None:
         self._check_writable()
         self._archive[key] = value
+
+    def set_many_sync(self, items: Sequence[tuple[str, bytes | memoryview]]) -> None:
+        self._check_writable()
+        self._archive.write_many(items)
 
     async def set_bytes_async(self, key: str, value: bytes | memoryview) -> None:
         self._check_writable()
