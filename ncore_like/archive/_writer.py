@@ -539,22 +539,42 @@ class ArchiveWriter:
     def append_many(self, keys: Sequence[str], payloads: Sequence[_Buffer], offsets: list[int]) -> None:
         """Writes records in order, the same bytes as :meth:`append` one by one, appending
         each one's payload offset to ``offsets`` once it is written (on a failure, ``offsets``
-        tells the records written before it)."""
+        tells the records written before it). Small records go to the sink in groups (one
+        call for up to :data:`_BUFFERED_RECORD` bytes: buffered all the same)."""
         crcs = self.crcs
-        write = self._sink.write
-        position = self.position
+        group: list[_Buffer] = []
+        group_offsets: list[int] = []
+        group_crcs: list[int] = []
+        group_start = position = self.position
         for key, payload in zip(keys, payloads, strict=True):
             size = len(payload)
             crc = None if crcs is None else checksum(payload)
             header = member_header(key, size, crc)
             pad = padding(size)
-            write((header, payload, _PADDING[:pad]), len(header) + size + pad)
-            offset = position + len(header)
-            position = self.position = offset + size + pad
-            if crcs is not None:
-                assert crc is not None
-                crcs.append(crc)
-            offsets.append(offset)
+            total = len(header) + size + pad
+            if group and position + total - group_start >= _BUFFERED_RECORD:
+                self._write_group(group, position - group_start, group_offsets, group_crcs, offsets)
+                group_start = position
+            group += (header, payload, _PADDING[:pad])
+            group_offsets.append(position + len(header))
+            if crc is not None:
+                group_crcs.append(crc)
+            position += total
+        if group:
+            self._write_group(group, position - group_start, group_offsets, group_crcs, offsets)
+
+    def _write_group(
+        self, group: list[_Buffer], total: int, group_offsets: list[int], group_crcs: list[int], offsets: list[int]
+    ) -> None:
+        """Writes the buffers of consecutive records, then counts them (and empties the lists)."""
+        self._sink.write(group, total)
+        self.position += total
+        if self.crcs is not None:
+            self.crcs += group_crcs
+        offsets += group_offsets
+        group.clear()
+        group_offsets.clear()
+        group_crcs.clear()
 
     def read_back(self, offset: int, size: int) -> bytes:
         """Reads a record written already (local files only)."""
