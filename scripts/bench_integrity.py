@@ -47,7 +47,7 @@ from upath import UPath
 
 import scripts._benchlib as bench
 from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, recover
-from ncore_like.archive import _archive
+from ncore_like.archive import _reading, _records
 from ncore_like.archive._checksum import checksum, hardware_checksums, implementation
 from ncore_like.archive._format import decode_index, unpack_index_header
 from scripts._benchlib import MB, Row, gbs, median_times, ms, us
@@ -184,12 +184,15 @@ def bench_write(run: bench.Run[Config]) -> list[Row]:
 def with_crc32c_package(call: Callable[[], None]) -> None:
     """``call()`` with checksums computed by the ``crc32c`` package (the one used before
     ``crc32c-rs``, and the fallback), for the side-by-side comparison."""
-    saved = _archive.checksum  # what the archive's reads call
-    _archive.checksum = crc32c.crc32c
+    readers = (_reading, _records)  # the modules whose reads call ``checksum``
+    saved = [module.checksum for module in readers]
+    for module in readers:
+        module.checksum = crc32c.crc32c
     try:
         call()
     finally:
-        _archive.checksum = saved
+        for module, function in zip(readers, saved, strict=True):
+            module.checksum = function
 
 
 def bench_read(run: bench.Run[Config]) -> list[Row]:
