@@ -761,10 +761,15 @@ def bench_first_open(run: bench.Run[Config]) -> list[Row]:
 
         return go
 
-    functions = {"table": first(path), "previous": first(previous), "table again": first(path, cached=True)}
-    for function in functions.values():
+    functions = {"table": first(path), "previous": first(previous)}
+    again = first(path, cached=True)
+    for function in (*functions.values(), again):
         bench.expect(np.array_equal(np.asarray(function()), expected), "first open reads the row")
     times = median_times(functions, config.open_repeats)
+    # Apart: interleaved with the first opens, whose clear_caches() runs before it, it
+    # would measure a first open.
+    first(path)()
+    times.update(median_times({"table again": again}, config.open_repeats))
     with IndexedTarArchive(path) as archive:
         records = len(archive)
     detail = (

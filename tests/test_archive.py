@@ -29,7 +29,9 @@ from ncore_like import (
     ReadOnlyError,
     Record,
     RecordExistsError,
+    clear_caches,
 )
+from ncore_like.archive._format import BLOCK_SIZE
 from tests.support.archives import FOREIGN_MESSAGES, foreign_files
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncore-19.8.3"
@@ -535,6 +537,66 @@ def test_a_rewritten_archive_never_finds_a_stale_index(tmp_path: Path) -> None:
     write_archive(path, {"b": b"y" * 600, "a": b"new!"})
     archive = IndexedTarArchive(path)
     assert archive.keys() == ["b", "a"] and archive["a"] == b"new!"
+
+
+def reads_of_local_opens(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the reads local sources make from now on (the real reads, recorded;
+    the tail read is one of them)."""
+    from ncore_like.archive._sources import LocalSource
+
+    sizes: list[int] = []
+    read = LocalSource.read
+
+    def recording_read(self: LocalSource, offset: int, size: int) -> bytes:
+        sizes.append(size)
+        return read(self, offset, size)
+
+    monkeypatch.setattr(LocalSource, "read", recording_read)
+    return sizes
+
+
+def test_a_repeat_open_of_an_unchanged_archive_reads_its_last_block_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "r.itar"
+    records = {f"k/{i}": bytes([i % 251]) * (i * 37) for i in range(200)}
+    write_archive(path, records)
+    clear_caches()
+    sizes = reads_of_local_opens(monkeypatch)
+    IndexedTarArchive(path).close()
+    assert sum(sizes) == path.stat().st_size  # a first open reads the tail (all of a small file)
+    sizes.clear()
+    with IndexedTarArchive(path) as archive:
+        assert sizes == [BLOCK_SIZE]
+        assert {key: archive[key] for key in archive.keys()} == records  # checked against the CRC32Cs
+
+
+def test_a_repeat_open_after_a_rewrite_in_place_finds_the_new_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rewritten in place (same inode, same size) within one timestamp tick of a filesystem
+    # with coarse timestamps (simulated: times in whole seconds, as on FAT or ext3): the last
+    # block (the table's CRC32C) tells the archives apart.
+    from ncore_like.archive._sources import LocalSource
+
+    identity = LocalSource.identity
+
+    def coarse(self: LocalSource) -> tuple[int, int, int, int, int]:
+        dev, ino, size, _, _ = identity(self)
+        return dev, ino, size, 0, 0
+
+    monkeypatch.setattr(LocalSource, "identity", coarse)
+    path, other = tmp_path / "r.itar", tmp_path / "other.itar"
+    write_archive(path, {"a": b"old!", "b": b"x" * 600})
+    write_archive(other, {"c": b"new!", "d": b"y" * 600})
+    assert path.stat().st_size == other.stat().st_size
+    assert IndexedTarArchive(path)["a"] == b"old!"
+    inode = path.stat().st_ino
+    with open(path, "r+b") as file:
+        file.write(other.read_bytes())
+    assert path.stat().st_ino == inode
+    with IndexedTarArchive(path) as archive:
+        assert archive.keys() == ["c", "d"] and archive["c"] == b"new!"
 
 
 def test_index_cache_is_bounded_by_records() -> None:

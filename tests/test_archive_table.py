@@ -9,6 +9,8 @@ import lzma
 import random
 import struct
 import subprocess
+import tarfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,8 @@ import cbor2
 import crc32c
 import pytest
 
-from ncore_like import IndexedTarArchive
-from ncore_like.archive import _reading
+from ncore_like import ArchiveFormatError, IndexedTarArchive
+from ncore_like.archive import _reading, _table
 from ncore_like.archive._format import BLOCK_SIZE, INDEX_HEADER_FORMAT, encode_index, padding
 from ncore_like.archive._table import (
     POINTER_START,
@@ -145,7 +147,39 @@ def test_a_damaged_table_falls_back_to_the_xz_index(
     assert any("damaged record table" in problem.message for problem in report.problems)
 
 
-def test_table_entries_out_of_place_are_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.fixture(params=["numpy", "python"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Tables decoded with numpy (a process that has it loaded) or without (one that hasn't:
+    ``ncore-like ls``); ``_reading``'s cache of decoded indices cleared."""
+    if request.param == "python":
+        monkeypatch.setattr(_table, "_offsets_numpy", _table._offsets_python)
+    _reading._decoded_indices.clear()
+    return str(request.param)
+
+
+def test_both_decoders_find_the_payloads_tar_finds(tmp_path: Path, decoder: str) -> None:
+    records = sample()
+    write(tmp_path / "a.itar", records)
+    raw = (tmp_path / "a.itar").read_bytes()
+    pointer = pointer_of(raw)
+    table = decode_table(raw[pointer.offset : pointer.offset + pointer.size], pointer, "a")
+    with tarfile.open(tmp_path / "a.itar") as tar:
+        members = [(member.name, member.offset_data, member.size) for member in tar.getmembers()]
+    assert list(zip(table.keys, table.offsets, table.sizes, strict=True)) == members
+    assert table.checksums == [crc32c.crc32c(records[key]) for key in table.keys]
+    assert all(type(number) is int for number in (*table.offsets, *table.sizes, *table.checksums))
+
+
+@pytest.mark.parametrize(("numbers", "why"), [((-BLOCK_SIZE, 5), "negative numbers"), ((1 << 62, 5), "too large")])
+def test_both_decoders_refuse_numbers_no_archive_holds(decoder: str, numbers: tuple[int, int], why: str) -> None:
+    # A table whose CRC32C matches (a writer's bug, or crafted) with int64 numbers.
+    packed = zlib.compress(struct.pack("<2q", *numbers) + b"k")
+    table = struct.pack("<8sQB7xQ", b"itartbl1", 1, 2, len(packed)) + packed
+    with pytest.raises(ArchiveFormatError, match=why):
+        decode_table(table, TablePointer(1 << 20, len(table), crc32c.crc32c(table)), "x.itar")
+
+
+def test_table_entries_out_of_place_are_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture, decoder: str) -> None:
     # A table whose own checksum matches but whose entries can't be payloads (a writer's
     # bug, or crafted): read through the xz index instead, never served.
     records = sample(20)
@@ -200,7 +234,7 @@ def test_verify_finds_a_table_and_an_index_that_disagree(tmp_path: Path) -> None
     assert verify_archive(IndexedTarArchive(tmp_path / "a.itar")).ok
 
 
-def test_tables_round_trip_numbers_beyond_32_bits() -> None:
+def test_tables_round_trip_numbers_beyond_32_bits(decoder: str) -> None:
     keys = ["a", "b/ü", "c"]
     offsets = [BLOCK_SIZE, 3 * BLOCK_SIZE + (5 << 32), 6 * BLOCK_SIZE + (10 << 32)]
     sizes = [10, (5 << 32) - 3 * BLOCK_SIZE, 7]

@@ -5,22 +5,28 @@ which keys are node metadata).
 record sources (``_sources``, ``_remote`` for fsspec URLs, ``_cache``) fetch the bytes,
 remote ones through one retried read path (``_retry``).
 
-Bulk reads and verification of whole archives are imported on first use (see
-:mod:`ncore_like._lazy`): reading records needs neither.
+Every name is imported on first use (see :mod:`ncore_like._lazy`): reading records needs
+neither bulk reads nor verification, and a module that needs one small part (the command
+line's ``--help`` its :class:`Location`) imports only that part.
 """
 
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._archive import IndexedTarArchive, IndexTailRetention, OpenMode, Record
-from ._format import is_node_metadata_key
-from ._location import Location, is_url
-from ._reading import ReadOptions
-from ._retry import RetryPolicy, is_transient
 
 if TYPE_CHECKING:
+    from ._archive import (
+        IndexedTarArchive as IndexedTarArchive,
+        IndexTailRetention as IndexTailRetention,
+        OpenMode as OpenMode,
+        Record as Record,
+    )
     from ._bulk import map_records as map_records, read_records as read_records, scan_records as scan_records
     from ._cache import RecordCache as RecordCache
+    from ._format import is_node_metadata_key as is_node_metadata_key
+    from ._location import Location as Location, is_url as is_url
+    from ._reading import ReadOptions as ReadOptions
+    from ._retry import RetryPolicy as RetryPolicy, is_transient as is_transient
     from ._verify import (
         ArchiveReport as ArchiveReport,
         Problem as Problem,
@@ -33,13 +39,16 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    **dict.fromkeys(["IndexedTarArchive", "IndexTailRetention", "OpenMode", "Record"], "._archive"),
+    "is_node_metadata_key": "._format",
+    **dict.fromkeys(["Location", "is_url"], "._location"),
+    **dict.fromkeys(["RetryPolicy", "is_transient"], "._retry"),
     "RecordCache": "._cache",
     **dict.fromkeys(["map_records", "read_records", "scan_records"], "._bulk"),
     **dict.fromkeys(
         [
             "ArchiveReport",
             "Problem",
-            "ReadOptions",
             "TarMember",
             "TarStop",
             "VerifyProgress",
@@ -49,6 +58,7 @@ _LAZY = {
         ],
         "._verify",
     ),
+    "ReadOptions": "._reading",
 }
 
 __all__ = [

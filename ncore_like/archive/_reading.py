@@ -35,7 +35,7 @@ from ._format import (
 from ._location import Location
 from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
 from ._retry import RetryPolicy
-from ._sources import RecordSource, open_source
+from ._sources import LocalSource, RecordSource, open_source
 from ._table import TablePointer, decode_table, unpack_table_pointer
 
 __all__ = ["ReadOptions", "ReadingArchive"]
@@ -52,6 +52,15 @@ _decoded_indices: LRUCache[tuple[int, bytes], RecordTable] = process_cache(
     DECODED_INDEX_RECORDS, weight=lambda table: len(table.keys)
 )
 
+# Repeat opens of an unchanged local archive with a record table skip the tail read (1 MiB
+# by default, most of a cached open): the file's identity (``LocalSource.identity``) finds
+# the opening, and its last block, read again, must be the one it had. That block holds the
+# index's place and the CRC32C of the whole record table, so a stale hit needs a rewrite
+# within one timestamp tick, of the same size, with a table of the same CRC32C. Entries
+# share their tables with ``_decoded_indices``.
+_local_openings: LRUCache[tuple[int, ...], tuple[bytes, RecordTable, _Opening]] = process_cache(
+    DECODED_INDEX_RECORDS, weight=lambda entry: len(entry[1].keys)
+)
 
 DEFAULT_RETRY = RetryPolicy()
 
@@ -165,6 +174,27 @@ def _decoded(data: bytes, header: IndexHeader, name: str) -> RecordTable:
     return table
 
 
+def _reopened(source: LocalSource) -> tuple[bytes, RecordTable, _Opening] | None:
+    """The last block, records and opening of a local archive opened before and unchanged
+    since (see ``_local_openings``), or None."""
+    identity = source.identity()
+    entry = _local_openings.get(identity)
+    if entry is None:
+        return None
+    block, table, opening = entry
+    last = source.read(identity[2] - BLOCK_SIZE, BLOCK_SIZE)
+    return (last, table, opening) if last == block else None
+
+
+def _remember(source: LocalSource, tail: bytes, table: RecordTable, opening: _Opening) -> None:
+    """Keeps an opening from a record table for :func:`_reopened` (without the index and
+    table bytes: a reopening reads neither)."""
+    identity = source.identity()
+    if identity[2] == opening.file_size and len(tail) >= BLOCK_SIZE:
+        kept = opening._replace(index_data=None, table_data=None)
+        _local_openings.put(identity, (tail[-BLOCK_SIZE:], table, kept))
+
+
 def _from_table(data: bytes, opening: _Opening, name: str) -> RecordTable | None:
     """The records of an archive's record table (see ``_table.py``), decoded or from the
     process-wide cache; None if the table is damaged (the xz index is read instead)."""
@@ -241,6 +271,10 @@ class ReadingArchive(ArchiveBase):
         source = options.source(location)
         name = location.name
         try:
+            reopened = _reopened(source) if isinstance(source, LocalSource) else None
+            if reopened is not None:
+                last, cached, opened = reopened
+                return cls._opened(location, options, cached, source, last, opened)
             tail, file_size = source.read_tail(options.tail_request_size)
             try:
                 opening = _Opening.of(tail, file_size, name)
@@ -255,6 +289,8 @@ class ReadingArchive(ArchiveBase):
                 if table_data is None:
                     table_data = source.read(pointer.offset, pointer.size)
                 table = _from_table(table_data, opening, name)
+                if table is not None and isinstance(source, LocalSource):
+                    _remember(source, tail, table, opening)
             if table is None:
                 index_data = opening.index_data
                 if index_data is None:

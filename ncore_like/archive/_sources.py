@@ -140,6 +140,12 @@ class LocalSource:
         size = min(size, file_size)
         return self.read(file_size - size, size), file_size
 
+    def identity(self) -> tuple[int, int, int, int, int]:
+        """The file's device, inode, size, and modification and change times (ns): any
+        write or replacement of the file changes one of them (the change time can't be set)."""
+        info = os.fstat(self._fd)
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
     async def read_tail_async(self, size: int) -> tuple[bytes, int | None]:
         return await run_in_worker(self.read_tail, size)
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..archive import Location, error_detail, is_url
+from ..archive._location import Location, is_url  # not the package: --help needs no archive layer
 from ..errors import NcoreLikeError
 
 if TYPE_CHECKING:
@@ -201,6 +201,8 @@ def describe_error(error: BaseException, *subjects: str) -> str:
     ``archive`` attribute, other errors (OSErrors with a file name...) in their message."""
     if isinstance(error, NcoreLikeError) and error.archive is not None and error.archive in subjects:
         return f"{error.archive}: {error.detail}"
+    from ..archive import error_detail  # here: only failures need the verifier's wording
+
     text = error_detail(error, None)
     if subjects and not any(subject in text for subject in subjects):
         text = f"{subjects[0]}: {text}"
