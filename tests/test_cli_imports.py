@@ -9,6 +9,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
+
 from ncore_like import IndexedTarArchive
 from ncore_like.cli import COMMANDS, build_parser
 
@@ -69,6 +71,18 @@ def test_ls_imports_no_zarr_no_store_and_no_other_command(tmp_path: Path) -> Non
     assert "numpy" not in modules  # the record table decodes without it: ~60 ms less
     assert "ncore_like.store" not in modules and "ncore_like.nodes" not in modules
     assert "ncore_like.cli._ls" in modules and "ncore_like.cli._pack" not in modules
+
+
+def test_info_and_tree_load_no_packing_engine(tmp_path: Path) -> None:
+    from ncore_like import IndexedTarZarrStore
+
+    with IndexedTarZarrStore(tmp_path / "h.itar", mode="w") as store:
+        root = store.create_root_group(zarr_format=3)
+        root.create_array("poses", data=np.arange(12.0).reshape(3, 4))
+    for command in ("info", "tree"):
+        modules = modules_after([command, str(tmp_path / "h.itar")])
+        # The hierarchy helpers they share with pack come without pack's engine.
+        assert "ncore_like._pack._hierarchy" in modules and "ncore_like._pack._engine" not in modules, command
 
 
 def test_ls_without_numpy_lists_what_tar_finds(tmp_path: Path) -> None:
