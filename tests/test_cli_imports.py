@@ -77,7 +77,7 @@ def test_info_and_tree_load_no_packing_engine(tmp_path: Path) -> None:
     from ncore_like import IndexedTarZarrStore
 
     with IndexedTarZarrStore(tmp_path / "h.itar", mode="w") as store:
-        root = store.create_root_group(zarr_format=3)
+        root = store.create_root_group()
         root.create_array("poses", data=np.arange(12.0).reshape(3, 4))
     for command in ("info", "tree"):
         modules = modules_after([command, str(tmp_path / "h.itar")])
