@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ncore_like import BloscCompression, IndexedTarZarrStore
+from tests.support.zarr_version import ZARR_MAJOR
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +112,34 @@ def test_a_blocking_local_read_imports_neither_asyncio_nor_fsspec(archive: Path)
         assert result.returncode == 0, result.stderr
         found.append(set(eval(result.stdout)))
     assert found[0] - found[1] == set()
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_unconsolidated_hierarchy_is_listed_as_zarr_python_lists_it_without_it(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    # As nvidia-ncore writes them: node metadata records among the chunks, no consolidated
+    # record. Members come from the records' keys; zarr-python lists the same ones.
+    if zarr_format == 3 and ZARR_MAJOR < 3:
+        pytest.skip("zarr format 3 needs zarr-python 3")
+    path = tmp_path / "plain.itar"
+    with IndexedTarZarrStore(path, "w") as store:
+        root = store.create_root_group(zarr_format=zarr_format)  # type: ignore[arg-type]
+        cameras = root.create_group("cameras")
+        for name in ("front", "rear"):
+            cameras.create_group(name).create_bytes_array("00000", b"frame")
+        root.create_array("poses", np.arange(12.0).reshape(3, 4))
+        root.create_group("empty")
+    with IndexedTarZarrStore(path) as store:
+        root = store.open_root_group(consolidated=False)
+        ours = {group: root.group(group).members() if group else root.members() for group in
+                ("", "cameras", "cameras/front", "empty")}  # fmt: skip
+        zarr_root = root.zarr
+        theirs = {group: sorted(zarr_root[group].keys()) if group else sorted(zarr_root.keys()) for group in ours}
+    assert ours == theirs and ours[""] == ["cameras", "empty", "poses"]
+    for command in ("info", "tree"):
+        code = (
+            "import os\nfrom ncore_like.cli import main\nsys.stdout = open(os.devnull, 'w')\n"
+            f"assert main([{command!r}, {str(path)!r}]) == 0\n"
+        )
+        assert not zarr_imported(code), command

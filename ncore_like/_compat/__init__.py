@@ -14,6 +14,7 @@ archive, which needs none of them, never imports zarr-python (~0.2 s).
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,21 @@ def _load() -> None:
         names = list(module.__all__)
         globals().update({name: getattr(module, name) for name in names})
         globals().update(__all__=names, ZARR_MAJOR=major, ZARR_VERSION=version)
+
+
+def installed_zarr_major() -> int:
+    """The major version of the installed zarr-python, without importing it when it isn't
+    yet (a reader that needs none of it checks formats against this)."""
+    if "ZARR_MAJOR" in globals():
+        return int(globals()["ZARR_MAJOR"])
+    loaded = sys.modules.get("zarr")
+    if loaded is not None:
+        version: str = loaded.__version__
+    else:
+        from importlib.metadata import version as distribution_version
+
+        version = distribution_version("zarr")
+    return int(version.split(".")[0])
 
 
 def __getattr__(name: str) -> Any:

@@ -111,6 +111,8 @@ class IndexedTarZarrStore(Store):
         self._consolidated_documents = False
         self._views: dict[tuple[str, int], NodeView | None] = {}
         self._view_store: ItarZarrStore | None = None
+        # Members of each group per zarr format, from the node metadata records' keys.
+        self._record_children: dict[int, dict[str, list[str]]] = {}
 
     @classmethod
     def _of_archive(cls, archive: IndexedTarArchive) -> Self:
@@ -258,9 +260,9 @@ class IndexedTarZarrStore(Store):
         else:
             self._forget_consolidated()  # lookups go to the node metadata records
             zarr_format = 2 if ".zgroup" in self._archive or "zarr.json" not in self._archive else 3
-        if zarr_format == 3:
+        if zarr_format == 3 and _compat.installed_zarr_major() < 3:
             try:
-                _compat.check_zarr_format(3)  # zarr-python 2 reads no format 3
+                _compat.check_zarr_format(3)  # zarr-python 2 reads no format 3 (and says so)
             except ValueError as error:
                 raise ValueError(f"{self.name}: {error}") from None
         view = self.node_view("", zarr_format)
@@ -319,9 +321,17 @@ class IndexedTarZarrStore(Store):
 
     def child_names(self, path: str, zarr_format: Literal[2, 3]) -> list[str] | None:
         """Names of the nodes directly under the group at ``path`` per the consolidated
-        record, None if the hierarchy wasn't opened from one."""
+        record, or else (an archive opened for reading) per its node metadata records' keys,
+        as zarr-python lists them; None while the archive is written."""
         documents = self._documents
-        return None if documents is None else sorted(child_nodes(documents, path))
+        if documents is not None:
+            return sorted(child_nodes(documents, path))
+        if self._archive.mode != "r":
+            return None  # records still being written: zarr-python lists them
+        children = self._record_children.get(zarr_format)
+        if children is None:
+            children = self._record_children[zarr_format] = _children_by_record(self._archive.keys(), zarr_format)
+        return children.get(path.strip("/"), [])
 
     def zarr_node(self, view: NodeView) -> _compat.ZarrArray | _compat.ZarrGroup:
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads)."""
@@ -368,3 +378,21 @@ def is_itar_zarr_store(store: object) -> TypeGuard[ItarZarrStore]:
     exist before its module was imported)."""
     module = sys.modules.get("ncore_like.store._zarr_store")
     return module is not None and isinstance(store, module.ItarZarrStore)
+
+
+#: The node metadata records whose folders are the members of a group, by zarr format.
+_NODE_RECORDS: dict[int, tuple[str, ...]] = {2: (".zarray", ".zgroup"), 3: ("zarr.json",)}
+
+
+def _children_by_record(keys: list[str], zarr_format: int) -> dict[str, list[str]]:
+    """Each group's members (sorted), from the keys of the nodes' metadata records: a node at
+    ``a/b`` has its record at ``a/b/zarr.json`` (or ``.zarray``/``.zgroup``), a member of
+    ``a``."""
+    found: dict[str, set[str]] = {}
+    leaves = _NODE_RECORDS[zarr_format]
+    for key in keys:
+        node, _, leaf = key.rpartition("/")
+        if leaf in leaves and node:
+            group, _, name = node.rpartition("/")
+            found.setdefault(group, set()).add(name)
+    return {group: sorted(names) for group, names in found.items()}
