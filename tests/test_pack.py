@@ -117,3 +117,21 @@ def test_pack_syncs_only_when_durable(tmp_path: Path, monkeypatch: pytest.Monkey
     assert bool(synced) == durable  # the file before its rename, the folder after
     with IndexedTarZarrStore(tmp_path / "scene.itar") as store:
         np.testing.assert_array_equal(store.open_root_group().array("scans/points").read(), VALUES)
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-durable"]])
+def test_the_command_syncs_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    import os
+
+    from ncore_like.cli import main
+
+    source = write_source(tmp_path / "scene.zarr")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    assert main(["pack", "-q", *flags, str(source), str(tmp_path / "scene.itar")]) == 0
+    assert bool(synced) == (not flags)
+    with IndexedTarZarrStore(tmp_path / "scene.itar") as store:
+        np.testing.assert_array_equal(store.open_root_group().array("scans/points").read(), VALUES)

@@ -81,6 +81,12 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("--no-consolidate", action="store_true", help="don't write the consolidated metadata record")
     parser.add_argument(
+        "--no-durable",
+        action="store_true",
+        help="skip the fsyncs at close, for scratch conversions (a crash or power cut soon after can lose "
+        "the archive; see the format page)",
+    )
+    parser.add_argument(
         "--workers",
         type=positive_int,
         metavar="N",
@@ -121,6 +127,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "compression": args.compression,
         "bytes_as_blobs": args.bytes_as_blobs,
         "consolidate": not args.no_consolidate,
+        "durable": not args.no_durable,
         "overwrite": args.overwrite,
         "storage_options": tuple(args.storage_options),
         "workers": args.workers or default_workers(),
