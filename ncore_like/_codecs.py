@@ -1,6 +1,11 @@
 """numcodecs' Blosc as ncore_like calls it directly (decoding into ``out=``, encoding on the
 worker pool): the one place that imports it for that and sets its threading.
 
+numcodecs is imported on the first Blosc call, not with this module: importing it loads
+every codec it registers (~30-60 ms), which a process reading raw frames or a command
+describing a hierarchy never needs. Callers look up :data:`blosc` here at call time
+(``_codecs.blosc.decompress``); after the first use it is a plain module attribute.
+
 Blosc must not use its global context (``numcodecs.blosc.use_threads``), or the compressions
 and decompressions of many threads serialise on its lock. It is set here, on the first use of
 Blosc by ncore_like, so that encoding and decoding never depend on whether zarr-python was
@@ -9,14 +14,40 @@ imported first (zarr-python sets the same).
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import numcodecs.blosc as blosc
 import numpy as np
+
+if TYPE_CHECKING:
+    import numcodecs.blosc as blosc
 
 __all__ = ["blosc", "blosc_compress"]
 
-blosc.use_threads = False
+_loading = threading.Lock()
+_takes_typesize: bool | None = None
+
+
+def __getattr__(name: str) -> ModuleType:
+    # Module attributes are found before this is called: it runs until blosc is loaded.
+    if name != "blosc":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _load()
+
+
+def _load() -> ModuleType:
+    global _takes_typesize
+    with _loading:
+        loaded: Any = globals().get("blosc")
+        if loaded is None:
+            import numcodecs.blosc
+
+            loaded = numcodecs.blosc
+            loaded.use_threads = False
+            _takes_typesize = _check_typesize(loaded)
+            globals()["blosc"] = loaded  # published last: other threads see it configured
+    return loaded  # type: ignore[no-any-return]
 
 
 def blosc_compress(
@@ -25,18 +56,16 @@ def blosc_compress(
     """Blosc of the bytes ``raw`` (a contiguous ``uint8`` array) with elements of ``typesize``
     bytes. numcodecs before 0.16 (which zarr-python 2 needs) takes the element size from the
     buffer only: the bytes are handed over as elements of that size then."""
-    if _TAKES_TYPESIZE:
-        return blosc.compress(raw, cname.encode(), clevel, shuffle, blocksize, typesize)  # type: ignore[no-any-return]
+    module: ModuleType = globals().get("blosc") or _load()
+    if _takes_typesize:
+        return module.compress(raw, cname.encode(), clevel, shuffle, blocksize, typesize)  # type: ignore[no-any-return]
     elements = raw.view(np.dtype(f"V{typesize}")) if typesize > 1 else raw
-    return blosc.compress(elements, cname.encode(), clevel, shuffle, blocksize)  # type: ignore[no-any-return]
+    return module.compress(elements, cname.encode(), clevel, shuffle, blocksize)  # type: ignore[no-any-return]
 
 
-def _takes_typesize() -> bool:
+def _check_typesize(module: ModuleType) -> bool:
     try:
-        blosc.compress(np.zeros(2, np.uint8), b"lz4", 1, 0, 0, 1)
+        module.compress(np.zeros(2, np.uint8), b"lz4", 1, 0, 0, 1)
     except TypeError:  # compress() takes at most 5 positional arguments
         return False
     return True
-
-
-_TAKES_TYPESIZE = _takes_typesize()

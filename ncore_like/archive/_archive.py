@@ -18,10 +18,11 @@ from ._location import Location
 from ._reading import ReadingArchive, ReadOptions
 from ._records import IndexTailRetention, OpenMode, Record
 from ._retry import RetryPolicy
-from ._writing import WritingArchive
 
 if TYPE_CHECKING:
     from upath import UPath
+
+    from ._writing import WritingArchive
 
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "OpenMode", "Record"]
 
@@ -126,6 +127,8 @@ class IndexedTarArchive:
         if mode not in _MODES:
             raise ValueError(f"{location.name}: invalid mode {mode!r} (expected 'r', 'w', 'w-' or 'x')")
         if mode != "r":
+            from ._writing import WritingArchive  # here: processes that only read never load the writer
+
             self._impl = WritingArchive.create(
                 location,
                 checksums=checksums,
@@ -188,6 +191,8 @@ class IndexedTarArchive:
         """An archive being written that continues the partial file of the local archive
         ``path`` after ``position``, holding the records of ``index`` (found there by
         recovery). Closing it publishes the archive at ``path``."""
+        from ._writing import WritingArchive
+
         return cls._of(WritingArchive.resumed(path, position, index, verify_checksums=verify_checksums))
 
     # -- properties ----------------------------------------------------------------------

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from .._codecs import blosc
+from .. import _codecs
 from ..errors import ArchiveFormatError
 
 __all__ = ["decode_into", "scratch_buffer"]
@@ -54,7 +54,7 @@ def decode_into(
     nbytes, _, cbytes = _BLOSC_SIZES.unpack_from(record, 4) if looks_right else (-1, 0, -1)
     if nbytes != dest.size or cbytes != len(record):
         try:
-            nbytes = blosc._cbuffer_sizes(record)[0]
+            nbytes = _codecs.blosc._cbuffer_sizes(record)[0]
         except Exception as error:
             raise ArchiveFormatError(
                 f"chunk record {key!r} is no Blosc stream ({error})", archive=where, key=key
@@ -64,7 +64,7 @@ def decode_into(
                 f"chunk record {key!r} decompresses to {nbytes} bytes, expected {dest.size}", archive=where, key=key
             )
     try:
-        blosc.decompress(record, dest)
+        _codecs.blosc.decompress(record, dest)
     except Exception as error:
         raise ArchiveFormatError(
             f"chunk record {key!r} can't be decompressed ({error})", archive=where, key=key

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from .._codecs import blosc
+from .. import _codecs
 from ..errors import ArchiveFormatError
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class FieldLayout:
 
 def _decompress(record: bytes | memoryview, where: str) -> bytes:
     try:
-        data: bytes = blosc.decompress(bytes(record))
+        data: bytes = _codecs.blosc.decompress(bytes(record))
     except Exception as error:
         raise ArchiveFormatError(f"a chunk record is no Blosc stream ({error})", archive=where) from error
     return data

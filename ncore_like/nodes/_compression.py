@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-import numcodecs
+if TYPE_CHECKING:
+    import numcodecs
 
 __all__ = ["BloscCompression", "BloscConfigV3", "Cname", "Shuffle", "describe_codecs"]
 
@@ -49,11 +50,15 @@ class BloscCompression:
 
     def to_numcodecs(self) -> numcodecs.Blosc:
         """The equivalent numcodecs codec (zarr format 2's compressor)."""
+        import numcodecs  # here: reading and describing arrays never need its codec classes
+
         return numcodecs.Blosc(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle_id, blocksize=self.blocksize)
 
     @staticmethod
     def from_numcodecs(compressor: numcodecs.Blosc) -> BloscCompression:
         """From a numcodecs Blosc codec (ValueError for other codecs or automatic shuffle)."""
+        import numcodecs
+
         if not isinstance(compressor, numcodecs.Blosc):
             raise ValueError(f"not a blosc compressor: {compressor!r}")
         return BloscCompression.from_config(compressor.get_config())
