@@ -245,3 +245,66 @@ def test_tables_round_trip_numbers_beyond_32_bits(decoder: str) -> None:
     decoded = decode_table(narrow, TablePointer(4 * BLOCK_SIZE, len(narrow), crc32c.crc32c(narrow)), "x")
     assert (decoded.keys, decoded.offsets, decoded.sizes, decoded.checksums) == (["a"], [BLOCK_SIZE], [10], None)
     assert len(narrow) < len(table)  # uint32 numbers where they fit
+
+
+def test_lookups_before_and_after_the_dict_agree_with_the_keys(tmp_path: Path) -> None:
+    # A reader answers its first lookups by scanning the table's key text, then builds a
+    # dict: both must find every key where tar finds it, and nothing for keys it lacks,
+    # however similar (prefixes, suffixes, a key plus the separator).
+    records = sample(200)
+    write(tmp_path / "a.itar", records)
+    with tarfile.open(tmp_path / "a.itar") as tar:
+        where = {member.name: (member.offset_data, member.size) for member in tar.getmembers()}
+    keys = list(records)
+    absent = ["frames/c/1", "rames/c/1/0", "frames/c/1/0/", "frames/c/1/0\0frames/c/2/0", "", "\0", "zzz"]
+    for order in (keys[:3] + absent + keys[3:], absent + keys):  # scans, then the dict
+        _reading._decoded_indices.clear()
+        _reading._local_openings.clear()
+        with IndexedTarArchive(tmp_path / "a.itar") as archive:
+            for key in order:
+                if key in records:
+                    assert key in archive and archive.records[key] == where[key], key
+                    assert archive[key] == records[key], key
+                else:
+                    assert key not in archive and archive.records.get(key) is None, repr(key)
+            assert list(archive.keys()) == list(where) and len(archive) == len(where)
+
+
+def test_a_table_listing_a_key_twice_never_serves_either_payload(tmp_path: Path, decoder: str) -> None:
+    # A table whose own checksum matches (a writer's bug, or crafted) with two entries of
+    # one key: looking that key up raises, naming it, before and after the reader builds
+    # its dict of keys, and other keys read their own bytes until then.
+    records = sample(40)
+    write(tmp_path / "a.itar", records)
+    raw = (tmp_path / "a.itar").read_bytes()
+    table = decode_table(raw[pointer_of(raw).offset :][: pointer_of(raw).size], pointer_of(raw), "a")
+    keys = list(table.keys)
+    twice, lost = keys[3], keys[30]
+    keys[30] = twice
+    crafted = with_table(raw, encode_table(keys, table.offsets, table.sizes, table.checksums))
+    (tmp_path / "b.itar").write_bytes(crafted)
+    _reading._decoded_indices.clear()
+    with IndexedTarArchive(tmp_path / "b.itar") as archive:
+        with pytest.raises(ArchiveFormatError, match=f"{twice!r} has two entries"):
+            archive[twice]
+        served = []
+        with pytest.raises(ArchiveFormatError, match=f"{twice!r} has two entries"):
+            for _ in range(20):  # past the scans: the dict of keys can't be built either
+                served.append(archive[keys[5]])
+        assert served and all(value == records[keys[5]] for value in served)
+        with pytest.raises(ArchiveFormatError, match=f"{twice!r} has two entries"):
+            archive[twice]
+        assert lost in records  # the entry renamed: its record can't be reached by name
+
+
+def test_archives_pickle_their_lazily_indexed_records(tmp_path: Path) -> None:
+    import pickle
+
+    records = sample(50)
+    write(tmp_path / "a.itar", records)
+    _reading._decoded_indices.clear()
+    with IndexedTarArchive(tmp_path / "a.itar") as archive:
+        copy = pickle.loads(pickle.dumps(archive))
+    with copy:
+        assert {key: copy[key] for key in reversed(records)} == dict(reversed(records.items()))
+        assert list(copy.keys()) == list(records)

@@ -36,7 +36,7 @@ from ._location import Location
 from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
 from ._retry import RetryPolicy
 from ._sources import LocalSource, RecordSource, open_source
-from ._table import TablePointer, decode_table, unpack_table_pointer
+from ._table import TablePointer, decode_records, unpack_table_pointer
 
 __all__ = ["ReadOptions", "ReadingArchive"]
 
@@ -48,9 +48,7 @@ logger = logging.getLogger("ncore_like.archive.index")
 # the offset it was found at, so a changed archive never finds a stale entry, and there is
 # no file identity to get wrong (paths, remote objects, renames). Entries are read-only and
 # shared; the bound counts records.
-_decoded_indices: LRUCache[tuple[int, bytes], RecordTable] = process_cache(
-    DECODED_INDEX_RECORDS, weight=lambda table: len(table.keys)
-)
+_decoded_indices: LRUCache[tuple[int, bytes], RecordTable] = process_cache(DECODED_INDEX_RECORDS, weight=len)
 
 # Repeat opens of an unchanged local archive with a record table skip the tail read (1 MiB
 # by default, most of a cached open): the file's identity (``LocalSource.identity``) finds
@@ -204,7 +202,8 @@ def _from_table(data: bytes, opening: _Opening, name: str) -> RecordTable | None
     if cached is not None:
         return cached
     try:
-        table = _unique(decode_table(data, pointer, name), name)
+        # Duplicate keys are refused when they are looked up (see RecordTable).
+        table = RecordTable(decode_records(data, pointer, name), where=name)
     except ArchiveFormatError as error:
         logger.warning("%s; reading its xz index instead", error)
         return None
@@ -386,7 +385,7 @@ class ReadingArchive(ArchiveBase):
         return cls(
             state["location"],
             state["options"],
-            RecordTable(Index(*state["index"])),
+            RecordTable(Index(*state["index"]), where=state["location"].name),
             source=None,
             is_remote=state["is_remote"],
             file_size=state["file_size"],

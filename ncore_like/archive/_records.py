@@ -12,14 +12,16 @@ implementation carries a branch on the mode.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, get_args
 
-from ..errors import ChecksumError, ReadOnlyError
+from ..errors import ArchiveFormatError, ChecksumError, ReadOnlyError
 from ._checksum import checksum
 from ._format import Index
 from ._location import Location
 from ._retry import RetryPolicy
+from ._table import DecodedTable, KeyText
 
 __all__ = ["ArchiveBase", "IndexTailRetention", "OpenMode", "Record", "RecordTable", "RecordsView", "clipped"]
 
@@ -45,21 +47,33 @@ class Record(NamedTuple):
 
 
 class RecordTable:
-    """The records of an archive: parallel lists (cheap to build for many records) and the
-    position of each key. A reader's table is fixed once decoded (and may be shared with
+    """The records of an archive: parallel sequences (cheap to build for many records) and
+    the position of each key. A reader's table is fixed once decoded (and may be shared with
     other readers of the same index); a writer's grows as records are appended."""
 
     __slots__ = ("crcs", "keys", "offsets", "positions", "sizes")
 
-    def __init__(self, index: Index, positions: dict[str, int] | None = None) -> None:
-        self.keys: list[str] = index.keys
-        self.offsets: list[int] = index.offsets
-        self.sizes: list[int] = index.sizes
-        self.crcs: list[int] | None = index.checksums
+    def __init__(
+        self, index: Index | DecodedTable, positions: dict[str, int] | None = None, *, where: str = ""
+    ) -> None:
+        self.keys: Sequence[str] = index.keys
+        self.offsets: Sequence[int] = index.offsets
+        self.sizes: Sequence[int] = index.sizes
+        self.crcs: Sequence[int] | None = index.checksums
         """The CRC32C of every record (None: the archive has no checksums)."""
-        if positions is None:
-            positions = dict(zip(index.keys, range(len(index.keys)), strict=True))
-        self.positions: dict[str, int] = positions
+        self.positions: Mapping[str, int]
+        """Position of each key; a reader decoded from a record table starts with a
+        :class:`_ScanningPositions` that puts a dict here once that pays (``where`` names
+        the archive in its errors)."""
+        if positions is not None:
+            self.positions = positions
+        elif isinstance(index.keys, KeyText):
+            self.positions = _ScanningPositions(self, index.keys, where)
+        else:
+            self.positions = dict(zip(index.keys, range(len(index.keys)), strict=True))
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
     @classmethod
     def empty(cls, checksums: bool) -> RecordTable:
@@ -67,13 +81,16 @@ class RecordTable:
 
     def append(self, key: str, offset: int, size: int) -> None:
         """Adds a record written at ``offset`` (a key written again now names the newer one);
-        its CRC32C is appended to :attr:`crcs` by the writer."""
-        self.positions[key] = len(self.keys)
-        self.keys.append(key)
-        self.offsets.append(offset)
-        self.sizes.append(size)
+        its CRC32C is appended to :attr:`crcs` by the writer. Writers' tables only: theirs
+        are lists and a dict."""
+        keys, positions = self.keys, self.positions
+        assert isinstance(keys, list) and isinstance(positions, dict)
+        positions[key] = len(keys)
+        keys.append(key)
+        self.offsets.append(offset)  # type: ignore[attr-defined]
+        self.sizes.append(size)  # type: ignore[attr-defined]
 
-    def live(self) -> tuple[list[str], list[int], list[int], list[int] | None]:
+    def live(self) -> tuple[Sequence[str], Sequence[int], Sequence[int], Sequence[int] | None]:
         """The lists without records superseded by a newer version (node metadata records
         changed after a flush)."""
         if len(self.positions) == len(self.keys):
@@ -106,6 +123,62 @@ class RecordTable:
             key=key,
             offset=offset,
         )
+
+
+#: Lookups a reader decoded from a record table answers by scanning the keys' text before it
+#: builds its dict: a first open that reads a few records never builds one (see KeyText).
+_SCANS_BEFORE_DICT = 8
+
+
+class _ScanningPositions(Mapping[str, int]):
+    """The positions of a decoded table's keys, found by scanning its key text for the
+    first few lookups; then built as a dict, which replaces this in the table."""
+
+    def __init__(self, table: RecordTable, keys: KeyText, where: str) -> None:
+        self._table, self._keys, self._where = table, keys, where
+        self._scans_left = _SCANS_BEFORE_DICT
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if self._scans_left <= 0:
+            return self.built().get(key, default)
+        self._scans_left -= 1  # a race loses a scan or two: harmless
+        found = self._keys.find(key) if isinstance(key, str) else None
+        if found is None:
+            return default
+        position, twice = found
+        if twice:
+            raise _duplicate(key, self._where)
+        return position
+
+    def __getitem__(self, key: str) -> int:
+        position: int | None = self.get(key)
+        if position is None:
+            raise KeyError(key)
+        return position
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.built())
+
+    def built(self) -> dict[str, int]:
+        """The dict of all positions, built once and put in the table in place of this."""
+        keys = self._keys.as_list()
+        positions = dict(zip(keys, range(len(keys)), strict=True))
+        if len(positions) != len(keys):
+            duplicate = next(key for key, count in Counter(keys).items() if count > 1)
+            raise _duplicate(duplicate, self._where)
+        self._table.positions = positions
+        return positions
+
+
+def _duplicate(key: str, where: str) -> ArchiveFormatError:
+    # Two entries of one key: reads would return one of two payloads.
+    return ArchiveFormatError(f"corrupt record index: key {key!r} has two entries", archive=where, key=key)
 
 
 class RecordsView(Mapping[str, Record]):

@@ -88,7 +88,7 @@ class WritingArchive(ArchiveBase):
 
     def keys(self) -> list[str]:
         with self.lock:
-            keys = self.table.live()[0]
+            keys = list(self.table.live()[0])
             return keys + [key for key in self._metadata if key not in self.table.positions]
 
     def __len__(self) -> int:
