@@ -21,7 +21,7 @@ from .._concurrency import run_in_worker
 from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
 from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, RemoteStorageError
-from ._cache import CachedSource, CacheOption, RecordCache, as_cache
+from ._cache import CachedSource, CacheOption, RecordCache, as_cache, cached_source
 from ._checksum import checksum
 from ._format import (
     BLOCK_SIZE,
@@ -35,7 +35,7 @@ from ._format import (
 from ._location import Location
 from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
 from ._retry import RetryPolicy
-from ._sources import LocalSource, RecordSource, open_source
+from ._sources import LocalSource, RecordSource
 from ._table import TablePointer, decode_records, unpack_table_pointer
 
 __all__ = ["ReadOptions", "ReadingArchive"]
@@ -97,9 +97,17 @@ class ReadOptions(NamedTuple):
         return BLOCK_SIZE if size is None or size < BLOCK_SIZE else size
 
     def source(self, location: Location, version: str | None = None) -> RecordSource:
-        return open_source(
-            location, range_reads=self.remote_range_reads, retry=self.retry, cache=self.cache, version=version
-        )
+        """The source of an archive at ``location``: a local file, or an fsspec filesystem
+        (read through :attr:`cache` if set; ``version``: the object version its index is
+        of, if known)."""
+        if location.local is not None:
+            return LocalSource(location.local)  # a local read is one pread already: no cache
+        from ._remote import FsspecSource  # fsspec and asyncio come with the first URL
+
+        remote = FsspecSource(location, range_reads=self.remote_range_reads, retry=self.retry)
+        if self.cache is None:
+            return remote
+        return cached_source(remote, self.cache, version)
 
 
 class _Opening(NamedTuple):

@@ -20,20 +20,15 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from .._concurrency import run_in_worker
 from ..errors import ArchiveFormatError, MissingDependencyError, NcoreLikeError, RemoteStorageError
-from ._location import Location
-
-if TYPE_CHECKING:
-    from ._retry import RetryPolicy
 
 __all__ = [
     "INLINE_READ_BYTES",
     "LocalSource",
     "RecordSource",
-    "open_source",
     "remote_errors",
     "remote_failure",
     "truncated",
@@ -93,24 +88,6 @@ class RecordSource(Protocol):
     def close(self) -> None:
         """Releases the file resources (idempotent)."""
         ...
-
-
-def open_source(
-    location: Location, *, range_reads: bool, retry: RetryPolicy, cache: Any = None, version: str | None = None
-) -> RecordSource:
-    """The source of an archive opened for reading at ``location``: a local file, or an
-    fsspec filesystem (read through ``cache``, a :class:`~ncore_like.RecordCache`, if
-    given; ``version``: the object version its index is of, if known)."""
-    if location.local is not None:
-        return LocalSource(location.local)  # a local read is one pread already: no cache
-    from ._remote import FsspecSource  # fsspec and asyncio come with the first URL
-
-    source = FsspecSource(location, range_reads=range_reads, retry=retry)
-    if cache is None:
-        return source
-    from ._cache import cached_source
-
-    return cached_source(source, cache, version)
 
 
 def truncated(name: str, offset: int, size: int, got: int) -> ArchiveFormatError:
