@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -254,6 +255,8 @@ class DtypeFacts(NamedTuple):
 
 _V2_TYPESTR = re.compile(r"([<>|])([biufcS])([1-9][0-9]*)")
 _SIZES = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16), "S": ()}
+#: The largest finite value of numpy's floating types by item size.
+_FLOAT_MAX = {2: 65504.0, 4: 3.4028234663852886e38, 8: math.inf}
 _FLOAT_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
 _NAMES = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
 
@@ -305,16 +308,16 @@ def plain_fill_value(value: Any, facts: DtypeFacts, zarr_format: ZarrFormat) -> 
             return False
     if isinstance(value, bool):
         return True
+    if isinstance(value, int | float) and kind in "fc":
+        # Within the type's range: numpy warns of an overflow to infinity.
+        size = facts.itemsize // 2 if kind == "c" else facts.itemsize
+        return abs(value) < 2**63 and (math.isnan(value) or abs(value) <= _FLOAT_MAX[size])
     if isinstance(value, int):
-        if kind in "fc":
-            return abs(value) < 2**63
         if kind == "b":
             return value in (0, 1)
         bits = facts.itemsize * 8
         low, high = (0, 1 << bits) if kind == "u" else (-(1 << (bits - 1)), 1 << (bits - 1))
         return low <= value < high
-    if isinstance(value, float):
-        return kind in "fc"
     return isinstance(value, str) and kind in "fc" and value in _FLOAT_WORDS
 
 
