@@ -109,7 +109,7 @@ def typed_archive(path: Path, zarr_format: int, consolidated: bool) -> Path:
         if zarr_format == 3:  # format 2 stores no empty blob
             root.create_bytes_array("empty_blob", b"")
         deep = root.create_group("a").create_group("b").create_group("c")
-        deep.create_array("leaf", np.arange(5, dtype=np.uint8))
+        deep.create_array("leaf", np.arange(5, dtype=np.uint8), compression=None)  # numbers in format 2
         if consolidated:
             store.consolidate()
     return path
@@ -339,3 +339,27 @@ def test_info_and_tree_of_an_archive_import_no_numpy_no_typed_layer_no_zarr(tmp_
             )
             result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
             assert result.returncode == 0, (arguments, path.name, result.stderr)
+
+
+@pytest.mark.parametrize("zarr_format", [2, pytest.param(3, marks=zarr3_only)])
+def test_blobs_are_what_zarr_pythons_path_calls_blobs(tmp_path: Path, zarr_format: int) -> None:
+    # The documents' rule (shared with the typed views) against the backend's rule on
+    # zarr-python's arrays: format 2's 1-d uint8 arrays in one chunk are numbers, no blob.
+    from ncore_like.backend import is_blob as zarr_is_blob
+
+    path = typed_archive(tmp_path / "t.itar", zarr_format, consolidated=True)
+    with DocumentStore(path) as store:
+        outline = outline_documents(store)
+    assert outline is not None
+    found: dict[str, bool] = {}
+    stack = [outline]
+    while stack:
+        for node in stack.pop().members or ():
+            if isinstance(node, GroupOutline):
+                stack.append(node)
+            else:
+                found[node.path] = node.blob_size is not None
+    with IndexedTarZarrStore(path) as typed:
+        root = open_root(typed, typed.archive)
+        expected = {path: zarr_is_blob(root.array(path).zarr) for path in found}
+    assert found == expected and any(expected.values()) and not all(expected.values())
