@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..nodes import Array
-from ..store._metadata import XARRAY_DIMENSIONS
+from ..store._documents import XARRAY_DIMENSIONS
 
 __all__ = ["Carried", "carried_over"]
 

@@ -22,7 +22,7 @@ from .._signals import deferred_signals
 from ..archive import IndexedTarArchive, Location, error_detail, scan_records, verify_archive
 from ..errors import ArchiveExistsError
 from ..nodes import Array, BloscCompression, EncodedArray, Group, IndexedTarZarrStore, Store, ZarrStoreAdapter
-from ..nodes._compression import describe_codecs
+from ..store._documents import describe_codecs
 from ._carry import carried_over
 from ._hierarchy import (
     ROOT_METADATA_KEYS,

@@ -1,27 +1,36 @@
 """The zarr hierarchy of an archive as packing and the commands see it: where it is, how
-to walk it, and how arrays are described (blobs, compression)."""
+to walk it, and how arrays are described (blobs, compression).
+
+The typed layer (and with it numpy) is imported by the helpers that take typed nodes, when
+they run: ``info`` and ``tree`` of an archive describe its node metadata documents with
+the rest alone."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..archive import IndexedTarArchive
 from ..errors import ArchiveFormatError
-from ..nodes import Array, Group, IndexedTarZarrStore, Store
-from ..nodes._array import is_blob as _is_blob
-from ..nodes._compression import describe_codecs
+from ..store._consolidated import is_consolidated_metadata_key
+from ..store._documents import VARIABLE_LENGTH_KINDS, describe_codecs
+from ..store._itar_store import IndexedTarZarrStore as DocumentStore
+
+if TYPE_CHECKING:
+    from ..nodes import Array, Group, Store
 
 __all__ = [
     "ROOT_METADATA_KEYS",
     "blob_size",
+    "blob_size_of",
     "compression_label",
     "consolidated_keys",
     "has_hierarchy",
     "is_blob",
     "is_variable_length",
     "open_root",
+    "open_root_documents",
     "root_zarr_format",
     "walk",
 ]
@@ -60,7 +69,20 @@ def root_zarr_format(archive: IndexedTarArchive) -> ZarrFormat | None:
 
 def consolidated_keys(archive: IndexedTarArchive) -> list[str]:
     """Keys of the consolidated metadata records in the archive (in archive order)."""
-    return [key for key in archive.keys() if Store.is_consolidated_metadata_key(key)]
+    return [key for key in archive.keys() if is_consolidated_metadata_key(key)]
+
+
+def _prepare_root(store: Store | DocumentStore, archive: IndexedTarArchive) -> None:
+    """ValueError unless the archive holds a hierarchy; the node metadata of a remote archive
+    without a consolidated record read at once."""
+    if not has_hierarchy(archive):
+        raise ValueError(
+            f"{store.name}: no zarr hierarchy in the archive (no {' or '.join(ROOT_METADATA_KEYS.values())} record)"
+        )
+    if archive.is_remote and isinstance(store, DocumentStore) and not consolidated_keys(archive):
+        # The commands walk whole hierarchies: without a consolidated record, the node
+        # metadata of a remote archive is read at once instead of a request per node.
+        store.load_node_metadata()
 
 
 def open_root(store: Store, archive: IndexedTarArchive) -> Group:
@@ -70,20 +92,26 @@ def open_root(store: Store, archive: IndexedTarArchive) -> Group:
     Raises:
         ValueError: If the archive holds no zarr hierarchy.
     """
-    if not has_hierarchy(archive):
-        raise ValueError(
-            f"{store.name}: no zarr hierarchy in the archive (no {' or '.join(ROOT_METADATA_KEYS.values())} record)"
-        )
-    if archive.is_remote and isinstance(store, IndexedTarZarrStore) and not consolidated_keys(archive):
-        # The commands walk whole hierarchies: without a consolidated record, the node
-        # metadata of a remote archive is read at once instead of a request per node.
-        store.load_node_metadata()
+    _prepare_root(store, archive)
     return store.open_root_group(consolidated="auto")
+
+
+def open_root_documents(store: DocumentStore) -> ZarrFormat:
+    """:func:`open_root` for the node metadata documents of the archive's hierarchy (see
+    :meth:`~ncore_like.store.IndexedTarZarrStore.open_root_documents`): its zarr format.
+
+    Raises:
+        ValueError: If the archive holds no zarr hierarchy.
+    """
+    _prepare_root(store, store.archive)
+    return store.open_root_documents(consolidated="auto")
 
 
 def walk(group: Group) -> Iterator[Group | Array]:
     """Every node below ``group`` (not ``group`` itself), parents before their members,
     members sorted by name."""
+    from ..nodes import Group
+
     stack: list[Iterator[tuple[str, Group | Array]]] = [group.items()]
     while stack:
         member = next(stack[-1], None)
@@ -99,12 +127,20 @@ def walk(group: Group) -> Iterator[Group | Array]:
 def is_blob(array: Array) -> bool:
     """True for binary blobs as :meth:`Group.create_bytes_array` stores them (see
     :func:`ncore_like.backend.is_blob`)."""
-    return _is_blob(array)
+    from ..nodes._array import is_blob as typed_is_blob
+
+    return typed_is_blob(array)
 
 
 def blob_size(array: Array) -> int:
     """The size in bytes of a blob (see :func:`is_blob`), without reading it."""
-    return array.dtype.itemsize if not array.shape else array.shape[0]
+    return blob_size_of(array.shape, array.dtype.itemsize)
+
+
+def blob_size_of(shape: tuple[int, ...], itemsize: int) -> int:
+    """:func:`blob_size` from a blob's shape and item size: a 0-dimensional blob is one item
+    of fixed-length bytes, a 1-dimensional one a byte per element."""
+    return itemsize if not shape else shape[0]
 
 
 def compression_label(array: Array) -> str:
@@ -117,4 +153,4 @@ def compression_label(array: Array) -> str:
 def is_variable_length(array: Array) -> bool:
     """True for arrays of variable-length elements (zarr-python's ``vlen-bytes``,
     ``vlen-utf8``...: an object or string dtype), whose size is unknown until read."""
-    return array.dtype.kind in "OT"
+    return array.dtype.kind in VARIABLE_LENGTH_KINDS

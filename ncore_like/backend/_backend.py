@@ -25,7 +25,7 @@ import numpy as np
 from .. import _compat
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
-from ..store._metadata import ChunkKeys
+from ..store._documents import ChunkKeys
 from ._decode import decode_into, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 from ._selection import canonical

@@ -25,7 +25,8 @@ import numpy as np
 from .. import _compat
 from ..archive import IndexedTarArchive
 from ..store import is_itar_zarr_store
-from ..store._metadata import ArrayView, ChunkKeys
+from ..store._documents import ChunkKeys, bytes_like_dtype
+from ..store._metadata import ArrayView
 from ._selection import Dim, basic_dims, canonical
 
 __all__ = [
@@ -67,7 +68,7 @@ def is_bytes_like(array: _compat.ZarrArray) -> bool:
 
 def bytes_like(shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
     """:func:`is_bytes_like` from an array's shape and dtype."""
-    return (not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)
+    return bytes_like_dtype(shape, dtype.kind, dtype.itemsize)
 
 
 def is_blob(array: _compat.ZarrArray) -> bool:

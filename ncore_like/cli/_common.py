@@ -18,6 +18,7 @@ from ..errors import NcoreLikeError
 
 if TYPE_CHECKING:
     from ..nodes import IndexedTarZarrStore
+    from ..store._itar_store import IndexedTarZarrStore as DocumentStore
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -26,6 +27,7 @@ __all__ = [
     "Progress",
     "add_json_option",
     "add_quiet_option",
+    "archive_documents",
     "archive_store",
     "close_matches",
     "describe_error",
@@ -179,6 +181,19 @@ def archive_store(args: argparse.Namespace, *, range_reads: bool = False) -> Ite
     location = Location.parse(args.archive, args.storage_options)
     with reporting(location.name):
         store = open_store(location, range_reads=range_reads)
+        with store:
+            yield store
+
+
+@contextlib.contextmanager
+def archive_documents(args: argparse.Namespace) -> Iterator[DocumentStore]:
+    """:func:`archive_store` as the store layer's store, which serves the node metadata
+    documents without the typed layer (and numpy): for commands that describe them."""
+    from ..store._itar_store import IndexedTarZarrStore as DocumentStore
+
+    location = Location.parse(args.archive, args.storage_options)
+    with reporting(location.name):
+        store = DocumentStore(location.target, "r")
         with store:
             yield store
 

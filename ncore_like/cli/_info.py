@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from typing import Any
 
-from .._pack._hierarchy import consolidated_keys, is_blob, open_root, root_zarr_format, walk
+from .._pack._hierarchy import consolidated_keys, root_zarr_format
 from ..archive._format import INDEX_TYPE_CBOR_XZ
-from ..nodes import Group, IndexedTarZarrStore
-from ._common import add_json_option, archive_store, format_bytes, print_json
+from ..store._itar_store import IndexedTarZarrStore as DocumentStore
+from ._common import add_json_option, archive_documents, format_bytes, print_json
+from ._outline import ArrayOutline, GroupOutline, archive_outline
 
 __all__ = ["FORMAT", "archive_info", "register", "run"]
 
@@ -16,7 +18,14 @@ FORMAT = "indexed tar (itar) v1"
 _INDEX_TYPE_NAMES = {INDEX_TYPE_CBOR_XZ: "xz-compressed CBOR"}
 
 
-def archive_info(store: IndexedTarZarrStore) -> dict[str, Any]:
+def _below(group: GroupOutline) -> Iterator[GroupOutline | ArrayOutline]:
+    for node in group.members or ():
+        yield node
+        if isinstance(node, GroupOutline):
+            yield from _below(node)
+
+
+def archive_info(store: DocumentStore) -> dict[str, Any]:
     """The facts ``info`` prints, as a JSON-ready dictionary."""
     archive = store.archive
     index = archive.index_record
@@ -28,10 +37,10 @@ def archive_info(store: IndexedTarZarrStore) -> dict[str, Any]:
     blobs: int | None = None
     if zarr_format is not None:
         groups, arrays, blobs = 1, 0, 0  # the root group counts
-        for node in walk(open_root(store, archive)):
-            if isinstance(node, Group):
+        for node in _below(archive_outline(store)):
+            if isinstance(node, GroupOutline):
                 groups += 1
-            elif is_blob(node):  # encoded images and other binary payloads
+            elif node.blob_size is not None:  # encoded images and other binary payloads
                 blobs += 1
             else:
                 arrays += 1
@@ -91,7 +100,7 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the facts."""
-    with archive_store(args) as store:
+    with archive_documents(args) as store:
         info = archive_info(store)
     if args.json:
         print_json(info)

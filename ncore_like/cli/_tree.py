@@ -8,23 +8,37 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _compat
-from .._pack._hierarchy import blob_size, compression_label, is_blob, is_variable_length, open_root
-from ..nodes import Array, Group, IndexedTarZarrStore
-from ..nodes._array import chunk_key_of
+from ..store._documents import describe_codecs
+from ..store._itar_store import IndexedTarZarrStore as DocumentStore
 from ._common import (
     add_json_option,
-    archive_store,
+    archive_documents,
     format_bytes,
     format_json_value,
     non_negative_int,
     positive_int,
     print_json,
 )
+from ._outline import ArrayOutline, GroupOutline, archive_outline, outline_array, outline_group
 
-__all__ = ["ArraySummary", "register", "render_tree", "run", "summarize_array", "tree_document"]
+if TYPE_CHECKING:
+    from ..nodes import Array, Group
+
+__all__ = [
+    "ArraySummary",
+    "outline_document",
+    "record_size_lookup",
+    "register",
+    "render_outline",
+    "render_tree",
+    "run",
+    "summarize",
+    "summarize_array",
+    "tree_document",
+]
 
 RecordSize = Callable[[str], int | None]
 
@@ -59,43 +73,55 @@ class ArraySummary:
         return self.nbytes / self.stored_bytes if self.stored_bytes and self.nbytes is not None else None
 
 
+def archive_record_size(store: DocumentStore) -> RecordSize:
+    """Sizes of the archive's records by key, from its index (no I/O; None for missing
+    records)."""
+    records = store.archive.records
+
+    def archive_size(key: str) -> int | None:
+        record = records.get(key)
+        return None if record is None else record.size
+
+    return archive_size
+
+
 def record_size_lookup(group: Group) -> RecordSize:
     """Sizes of records of the group's store by key (None for missing records): from the
     archive index for archives (no I/O), from the zarr store otherwise."""
     store = group.store
-    if isinstance(store, IndexedTarZarrStore):
-        records = store.archive.records
-
-        def archive_size(key: str) -> int | None:
-            record = records.get(key)
-            return None if record is None else record.size
-
-        return archive_size
+    if isinstance(store, DocumentStore):
+        return archive_record_size(store)
     zarr_store = group.zarr.store
     return lambda key: _compat.record_size(zarr_store, key)
 
 
-def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
+def summarize(array: ArrayOutline, record_size: RecordSize) -> ArraySummary:
     """The summary of an array, its stored size from the sizes of its chunk records."""
     stored = count = total = 0
     grid = (math.ceil(size / chunk) for size, chunk in zip(array.shape, array.chunks, strict=True))
+    chunk_key = array.chunk_key
     for coords in itertools.product(*(range(n) for n in grid)):
         total += 1
-        size = record_size(chunk_key_of(array, coords))
+        size = record_size(chunk_key(coords))
         if size is not None:
             stored += size
             count += 1
     return ArraySummary(
         shape=array.shape,
-        dtype=str(array.dtype),
+        dtype=array.dtype,
         chunks=array.chunks,
-        compression=compression_label(array),
-        nbytes=None if is_variable_length(array) else math.prod(array.shape) * array.dtype.itemsize,
+        compression=describe_codecs(array.codecs),
+        nbytes=None if array.variable_length else math.prod(array.shape) * array.itemsize,
         stored_bytes=stored,
         chunks_stored=count,
         chunks_total=total,
-        blob_size=blob_size(array) if is_blob(array) else None,
+        blob_size=array.blob_size,
     )
+
+
+def summarize_array(array: Array, record_size: RecordSize) -> ArraySummary:
+    """:func:`summarize` of a typed array."""
+    return summarize(outline_array(array), record_size)
 
 
 # -- text ----------------------------------------------------------------------------------
@@ -138,43 +164,47 @@ def render_tree(
     Returns:
         The lines, without line ends.
     """
-    record_size = record_size_lookup(group)
-    label = "/" + group.path
-    lines = [f"{label}  (zarr v{group.zarr_format})"]
+    outline = outline_group(group, max_depth)
+    return render_outline(outline, record_size_lookup(group), attributes=attributes, max_members=max_members)
+
+
+def render_outline(
+    group: GroupOutline, record_size: RecordSize, *, attributes: bool = False, max_members: int | None = None
+) -> list[str]:
+    """:func:`render_tree` of an outline (its depth is the outline's)."""
+    lines = [f"{'/' + group.path}  (zarr v{group.zarr_format})"]
     if attributes:
         lines += _attribute_lines(group.attributes, "")
-    _render_members(group, "", record_size, attributes, lines, max_members, max_depth)
+    _render_members(group, "", record_size, attributes, lines, max_members)
     return lines
 
 
 def _render_members(
-    group: Group,
+    group: GroupOutline,
     prefix: str,
     record_size: RecordSize,
     attributes: bool,
     lines: list[str],
     max_members: int | None,
-    depth_left: int | None,
 ) -> None:
-    members = list(group.items())
+    members = list(group.members or ())
     hidden = 0
     if max_members is not None and len(members) > max_members:
         hidden = len(members) - max_members
         members = members[:max_members]
-    for position, (name, node) in enumerate(members):
+    for position, node in enumerate(members):
         last = position == len(members) - 1 and not hidden
         branch, inner = ("└── ", "    ") if last else ("├── ", "│   ")
-        if isinstance(node, Group):
-            if depth_left is not None and depth_left <= 1:
-                lines.append(f"{prefix}{branch}{name}/  ({len(node.members())} members, below --depth)")
+        if isinstance(node, GroupOutline):
+            if node.members is None:
+                lines.append(f"{prefix}{branch}{node.name}/  ({node.member_count} members, below --depth)")
                 continue
-            lines.append(f"{prefix}{branch}{name}/")
+            lines.append(f"{prefix}{branch}{node.name}/")
             if attributes:
                 lines += _attribute_lines(node.attributes, prefix + inner)
-            deeper = None if depth_left is None else depth_left - 1
-            _render_members(node, prefix + inner, record_size, attributes, lines, max_members, deeper)
+            _render_members(node, prefix + inner, record_size, attributes, lines, max_members)
         else:
-            lines.append(f"{prefix}{branch}{name}  {_array_text(summarize_array(node, record_size))}")
+            lines.append(f"{prefix}{branch}{node.name}  {_array_text(summarize(node, record_size))}")
             if attributes:
                 lines += _attribute_lines(node.attributes, prefix + inner)
     if hidden:
@@ -191,18 +221,23 @@ def tree_document(group: Group, *, attributes: bool = False) -> dict[str, Any]:
     variable-length elements), ``stored_bytes``,
     ``chunks_stored``, ``chunks_total``, ``ratio``, ``blob`` and ``blob_size``; with
     ``attributes``, every node has its ``attributes``."""
-    document = _group_document(group, record_size_lookup(group), attributes)
+    return outline_document(outline_group(group), record_size_lookup(group), attributes=attributes)
+
+
+def outline_document(group: GroupOutline, record_size: RecordSize, *, attributes: bool = False) -> dict[str, Any]:
+    """:func:`tree_document` of an outline (of the whole hierarchy)."""
+    document = _group_document(group, record_size, attributes)
     document["zarr_format"] = group.zarr_format
     return document
 
 
-def _group_document(group: Group, record_size: RecordSize, attributes: bool) -> dict[str, Any]:
+def _group_document(group: GroupOutline, record_size: RecordSize, attributes: bool) -> dict[str, Any]:
     document: dict[str, Any] = {"name": group.name, "path": group.path, "type": "group"}
     if attributes:
         document["attributes"] = dict(group.attributes)
     members = []
-    for _, node in group.items():
-        if isinstance(node, Group):
+    for node in group.members or ():
+        if isinstance(node, GroupOutline):
             members.append(_group_document(node, record_size, attributes))
         else:
             members.append(_array_document(node, record_size, attributes))
@@ -210,8 +245,8 @@ def _group_document(group: Group, record_size: RecordSize, attributes: bool) -> 
     return document
 
 
-def _array_document(array: Array, record_size: RecordSize, attributes: bool) -> dict[str, Any]:
-    summary = summarize_array(array, record_size)
+def _array_document(array: ArrayOutline, record_size: RecordSize, attributes: bool) -> dict[str, Any]:
+    summary = summarize(array, record_size)
     document: dict[str, Any] = {
         "name": array.name,
         "path": array.path,
@@ -267,12 +302,16 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the hierarchy."""
-    with archive_store(args) as store:
-        root = open_root(store, store.archive)
+    with archive_documents(args) as store:
+        record_size = archive_record_size(store)
         if args.json:
-            print_json(tree_document(root, attributes=args.attributes))
+            document = outline_document(archive_outline(store), record_size, attributes=args.attributes)
         else:
             limit = DEFAULT_LIMIT if args.limit is None else args.limit or None
-            lines = render_tree(root, attributes=args.attributes, max_members=limit, max_depth=args.depth)
-            print("\n".join(lines))
+            outline = archive_outline(store, args.depth)
+            lines = render_outline(outline, record_size, attributes=args.attributes, max_members=limit)
+    if args.json:
+        print_json(document)
+    else:
+        print("\n".join(lines))
     return 0

@@ -11,12 +11,13 @@ import numpy.typing as npt
 
 from .. import _compat
 from ..archive import IndexedTarArchive
-from ..backend import ArrayState, Backend, bytes_like, is_blob as backend_is_blob
+from ..backend import ArrayState, Backend, is_blob as backend_is_blob
 from ..backend._selection import canonical, expanded, is_basic
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
-from ..store._metadata import ArrayView, codecs_of, dimension_names_of
-from ._compression import BloscCompression, describe_codecs
+from ..store._documents import blob_layout, codecs_of, describe_codecs, dimension_names_of
+from ..store._metadata import ArrayView
+from ._compression import BloscCompression
 from ._encoding import encode_chunks
 from ._node import Node
 
@@ -410,10 +411,11 @@ class Array(_ArrayNode):
         view = self._view
         if not isinstance(view, ArrayView) or self.archive is None or view.unsupported is not None:
             return None
-        if view.blosc is not None or not bytes_like(view.shape, view.dtype):
+        dtype = view.dtype
+        if not blob_layout(
+            view.zarr_format, view.shape, view.chunks, view.blosc is not None, dtype.kind, dtype.itemsize
+        ):
             return None
-        if view.shape and (view.zarr_format == 2 or (view.chunks != view.shape and view.shape != (0,))):
-            return None  # format 2's 1-d uint8 arrays hold numbers; a blob is one chunk (an empty one none)
         return view.chunk_key(tuple(0 for _ in view.shape))
 
     # -- writing records -----------------------------------------------------------------

@@ -1,16 +1,16 @@
-"""``BloscCompression``: the one compression the typed API writes; how other codec chains
-are described."""
+"""``BloscCompression``: the one compression the typed API writes (other codec chains are
+described by :func:`ncore_like.store._documents.describe_codecs`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     import numcodecs
 
-__all__ = ["BloscCompression", "BloscConfigV3", "Cname", "Shuffle", "describe_codecs"]
+__all__ = ["BloscCompression", "BloscConfigV3", "Cname", "Shuffle"]
 
 Cname = Literal["blosclz", "lz4", "lz4hc", "zlib", "zstd"]
 Shuffle = Literal["noshuffle", "shuffle", "bitshuffle"]
@@ -79,27 +79,3 @@ class BloscCompression:
             return BloscCompression(config["cname"], config["clevel"], config["shuffle"], config.get("blocksize", 0))
         except KeyError as error:
             raise ValueError(f"blosc configuration without {error}: {dict(config)!r}") from error
-
-
-def _codec_text(codec: Mapping[str, Any]) -> str | None:
-    """One codec as a word or two (None for the plain little-endian serialisation)."""
-    name = str(codec.get("name") or codec.get("id") or "?")
-    config = codec.get("configuration") if "name" in codec else codec
-    config = config if isinstance(config, Mapping) else {}
-    if name == "bytes":
-        return None if config.get("endian") in (None, "little") else f"bytes {config.get('endian')}-endian"
-    if name == "blosc":
-        shuffle = config.get("shuffle")
-        if isinstance(shuffle, int) and 0 <= shuffle < len(_SHUFFLES):
-            shuffle = _SHUFFLES[shuffle]
-        return f"blosc {config.get('cname')}/{config.get('clevel')}/{shuffle}"
-    level = config.get("level", config.get("clevel"))
-    return name if level is None else f"{name} {level}"
-
-
-def describe_codecs(codecs: Sequence[Mapping[str, Any]]) -> str:
-    """A codec chain (see :attr:`Array.codecs`) for people: its codecs in encoding order,
-    joined by ``+`` (``zstd 3``, ``vlen-bytes + blosc lz4/5/shuffle``, ``delta + gzip 5``,
-    ``crc32c``), ``none`` for raw chunks."""
-    words = [text for text in map(_codec_text, codecs) if text is not None]
-    return " + ".join(words) if words else "none"

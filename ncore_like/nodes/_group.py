@@ -14,7 +14,8 @@ from .. import _compat
 from ..archive import scan_records
 from ..backend import Backend, is_blob
 from ..errors import ReadOnlyError
-from ..store._metadata import XARRAY_DIMENSIONS, ArrayView, GroupView, parse_node
+from ..store._documents import XARRAY_DIMENSIONS, GroupView
+from ..store._metadata import ArrayView, parse_node
 from ._array import Array
 from ._cache import NodeCache
 from ._compression import BloscCompression

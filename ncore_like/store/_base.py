@@ -9,7 +9,7 @@ typed layer (``ncore_like/nodes/_stores.py``): this layer never reaches it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from .. import _compat
 from ..errors import ReadOnlyError
@@ -22,7 +22,10 @@ from ._consolidated import (
     is_consolidated_metadata_key as _is_consolidated_metadata_key,
     zarr_nodes,
 )
-from ._metadata import ArrayView, NodeView
+from ._documents import GroupView
+
+if TYPE_CHECKING:
+    from ._metadata import NodeView
 
 __all__ = ["Consolidated", "Store"]
 
@@ -108,9 +111,9 @@ class Store(ABC):
     def zarr_node(self, view: NodeView) -> _compat.ZarrArray | _compat.ZarrGroup:
         """zarr-python's node of a view (built when asked for: ``.zarr``, fallback reads),
         without store I/O."""
-        if isinstance(view, ArrayView):
-            return _compat.array_from_document(self._zarr_store, view.path, dict(view.document))
-        return _compat.group_from_document(self._zarr_store, view.path, dict(view.document))
+        if isinstance(view, GroupView):
+            return _compat.group_from_document(self._zarr_store, view.path, dict(view.document))
+        return _compat.array_from_document(self._zarr_store, view.path, dict(view.document))
 
     @staticmethod
     def is_consolidated_metadata_key(key: str) -> bool:

@@ -31,11 +31,12 @@ from ._consolidated import (
     decoded_consolidated,
     is_consolidated_metadata_key,
 )
-from ._metadata import ArrayView, GroupView, NodeView, parse_node
+from ._documents import GroupView, children_by_record
 
 if TYPE_CHECKING:
     from upath import UPath
 
+    from ._metadata import NodeView
     from ._zarr_store import ItarZarrStore
 
 __all__ = ["IndexedTarZarrStore"]
@@ -239,10 +240,11 @@ class IndexedTarZarrStore(Store):
 
     # -- node views (the typed layer's lookups, without zarr-python) -----------------------
 
-    def open_root_view(self, consolidated: Consolidated = True) -> GroupView:
-        """The view of the root group, opened as :meth:`open_zarr_root_group` opens
-        zarr-python's (the same records and the same errors) but without zarr-python:
-        reading an archive never needs it. Archives opened for reading."""
+    def open_root_documents(self, consolidated: Consolidated = True) -> Literal[2, 3]:
+        """Picks the node metadata documents :meth:`node_document`, :meth:`node_view` and
+        :meth:`child_names` serve, as :meth:`open_zarr_root_group` picks zarr-python's (the
+        consolidated record if asked and there is one, else the node metadata records), and
+        returns the hierarchy's zarr format. Archives opened for reading."""
         if consolidated not in (True, False, "auto"):
             raise ValueError(f"{self.name}: consolidated must be True, False or 'auto', got {consolidated!r}")
         record = self._consolidated_record() if consolidated else None
@@ -265,6 +267,13 @@ class IndexedTarZarrStore(Store):
                 _compat.check_zarr_format(3)  # zarr-python 2 reads no format 3 (and says so)
             except ValueError as error:
                 raise ValueError(f"{self.name}: {error}") from None
+        return zarr_format
+
+    def open_root_view(self, consolidated: Consolidated = True) -> GroupView:
+        """The view of the root group, opened as :meth:`open_zarr_root_group` opens
+        zarr-python's (the same records and the same errors) but without zarr-python:
+        reading an archive never needs it. Archives opened for reading."""
+        zarr_format = self.open_root_documents(consolidated)
         view = self.node_view("", zarr_format)
         if view is None:  # as zarr-python says it
             raise FileNotFoundError(errno.ENOENT, "no root group (no .zgroup or zarr.json record)", self.name)
@@ -297,14 +306,16 @@ class IndexedTarZarrStore(Store):
         except ValueError as error:
             raise NodeMetadataError(f"node metadata record {key} is no JSON ({error})", archive=self.name) from error
 
-    def node_view(self, path: str, zarr_format: Literal[2, 3]) -> NodeView | None:
-        """The view of the node at ``path`` (None if there is none), from the consolidated
-        record if the hierarchy was opened from it, else from the node's metadata records;
-        parsed once per store (archives opened for reading only)."""
-        cache_key = (path, zarr_format)
-        views = self._views
-        if cache_key in views:
-            return views[cache_key]
+    def node_document(self, path: str, zarr_format: Literal[2, 3]) -> dict[str, Any] | None:
+        """The metadata document of the node at ``path`` (None if there is none) in
+        zarr-python's consolidated form (v2: ``.zarray`` or ``.zgroup`` plus
+        ``"attributes"``; v3: ``zarr.json``), from the consolidated record if the hierarchy
+        was opened from it, else from the node's metadata records (archives opened for
+        reading only).
+
+        Raises:
+            NodeMetadataError: For a document that is no JSON object.
+        """
         prefix = f"{path}/" if path else ""
         if zarr_format == 2:
             node = self._document(prefix + ".zarray")
@@ -315,7 +326,21 @@ class IndexedTarZarrStore(Store):
             document = self._document(prefix + "zarr.json")
         if document is not None and not isinstance(document, dict):
             raise NodeMetadataError(f"the metadata of node {path or '/'!r} is no JSON object", archive=self.name)
-        view = None if document is None else parse_node(path, document, zarr_format, self.name)
+        return document
+
+    def node_view(self, path: str, zarr_format: Literal[2, 3]) -> NodeView | None:
+        """The view of the node at ``path`` (None if there is none) of its
+        :meth:`node_document`, parsed once per store (archives opened for reading only)."""
+        cache_key = (path, zarr_format)
+        views = self._views
+        if cache_key in views:
+            return views[cache_key]
+        document = self.node_document(path, zarr_format)
+        view = None
+        if document is not None:
+            from ._metadata import parse_node  # numpy: a command describing documents needs none
+
+            view = parse_node(path, document, zarr_format, self.name)
         views[cache_key] = view
         return view
 
@@ -330,7 +355,7 @@ class IndexedTarZarrStore(Store):
             return None  # records still being written: zarr-python lists them
         children = self._record_children.get(zarr_format)
         if children is None:
-            children = self._record_children[zarr_format] = _children_by_record(self._archive.keys(), zarr_format)
+            children = self._record_children[zarr_format] = children_by_record(self._archive.keys(), zarr_format)
         return children.get(path.strip("/"), [])
 
     def zarr_node(self, view: NodeView) -> _compat.ZarrArray | _compat.ZarrGroup:
@@ -338,10 +363,9 @@ class IndexedTarZarrStore(Store):
         if self._archive.mode == "w":  # arrays created in this store
             return super().zarr_node(view)
         store = self._documents_store() or _zarr_store(self._archive)
-        if isinstance(view, ArrayView):
-            return _compat.array_from_document(store, view.path, dict(view.document))
-        assert isinstance(view, GroupView)
-        return _compat.group_from_document(store, view.path, dict(view.document))
+        if isinstance(view, GroupView):
+            return _compat.group_from_document(store, view.path, dict(view.document))
+        return _compat.array_from_document(store, view.path, dict(view.document))
 
     # Records are read straight from the archive: no hop through zarr's event loop.
     def _read_record(self, key: str) -> bytes | None:
@@ -378,21 +402,3 @@ def is_itar_zarr_store(store: object) -> TypeGuard[ItarZarrStore]:
     exist before its module was imported)."""
     module = sys.modules.get("ncore_like.store._zarr_store")
     return module is not None and isinstance(store, module.ItarZarrStore)
-
-
-#: The node metadata records whose folders are the members of a group, by zarr format.
-_NODE_RECORDS: dict[int, tuple[str, ...]] = {2: (".zarray", ".zgroup"), 3: ("zarr.json",)}
-
-
-def _children_by_record(keys: list[str], zarr_format: int) -> dict[str, list[str]]:
-    """Each group's members (sorted), from the keys of the nodes' metadata records: a node at
-    ``a/b`` has its record at ``a/b/zarr.json`` (or ``.zarray``/``.zgroup``), a member of
-    ``a``."""
-    found: dict[str, set[str]] = {}
-    leaves = _NODE_RECORDS[zarr_format]
-    for key in keys:
-        node, _, leaf = key.rpartition("/")
-        if leaf in leaves and node:
-            group, _, name = node.rpartition("/")
-            found.setdefault(group, set()).add(name)
-    return {group: sorted(names) for group, names in found.items()}

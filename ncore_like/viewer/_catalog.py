@@ -15,7 +15,7 @@ from typing import Any, Literal
 from .. import _compat
 from ..backend import bytes_like, is_blob
 from ..nodes import Array, Group
-from ..nodes._compression import describe_codecs
+from ..store._documents import describe_codecs
 from ._previews import preview_plan
 from ._source import Source
 
