@@ -66,6 +66,13 @@ def blosc_into(record: bytes, dest: np.ndarray[Any, Any], nbytes: int, key: str,
     looks_right = len(record) >= _BLOSC_HEADER_BYTES and record[0] <= _BLOSC_MAX_FORMAT
     size, _, cbytes = _BLOSC_SIZES.unpack_from(record, 4) if looks_right else (-1, 0, -1)
     if size != nbytes or cbytes != len(record):
+        if looks_right and cbytes > len(record):
+            # Blosc takes the stream's length from its header: it would read past the record.
+            raise ArchiveFormatError(
+                f"chunk record {key!r} is truncated: {len(record)} bytes of the {cbytes} its Blosc header gives",
+                archive=where,
+                key=key,
+            )
         try:
             size = _codecs.blosc._cbuffer_sizes(record)[0]
         except Exception as error:
