@@ -663,9 +663,11 @@ def test_rows_read_by_index_match_numpy_including_rows_never_written(
 
 
 def row_chunked(tmp_path: Path, rows: int = 64, width: int = 32, **options: Any) -> tuple[Array, np.ndarray[Any, Any]]:
-    """A Blosc array chunked by rows, its row reader in place (one row read), and its values."""
+    """A Blosc array chunked by rows (written unless it is there), its row reader in place
+    (one row read), and its values."""
     values = np.arange(rows * width, dtype=np.float32).reshape(rows, width) - 100
-    write(tmp_path / "rows.itar", lambda root: root.create_array("x", values, chunks=(1, width)))
+    if not (tmp_path / "rows.itar").exists():
+        write(tmp_path / "rows.itar", lambda root: root.create_array("x", values, chunks=(1, width)))
     array = IndexedTarZarrStore(tmp_path / "rows.itar", **options).open_root_group().array("x")
     np.testing.assert_array_equal(array.read(0), values[0])
     return array, values
@@ -787,3 +789,23 @@ def test_rows_of_a_closed_store_raise(tmp_path: Path) -> None:
     for read in (lambda: array.read(1), lambda: array.read(np.int64(1), out=np.empty(32, np.float32))):
         with pytest.raises(ArchiveClosedError, match=r"rows\.itar: archive is closed"):
             read()
+
+
+@pytest.mark.parametrize("tail", [None, 1 << 20])  # the row read from the file, or from the tail read
+def test_a_damaged_row_read_by_index_raises_a_checksum_error(tmp_path: Path, tail: int | None) -> None:
+    from ncore_like import ChecksumError
+
+    _, values = row_chunked(tmp_path)
+    offset = IndexedTarArchive(tmp_path / "rows.itar").records["x/5.0"].offset
+    with open(tmp_path / "rows.itar", "r+b") as file:  # one bit of row 5's record flipped
+        file.seek(offset + 20)
+        byte = file.read(1)[0]
+        file.seek(offset + 20)
+        file.write(bytes([byte ^ 0x10]))
+    array, _ = row_chunked(tmp_path, index_tail_read_size=tail)
+    out = np.full(values.shape[1], 7.0, np.float32)
+    for read in (lambda: array.read(5), lambda: array.read(np.int64(-59), out=out), lambda: array[5]):
+        with pytest.raises(ChecksumError, match="'x/5.0'"):
+            read()
+    assert np.all(out == 7.0)  # the damaged values never reach the caller
+    np.testing.assert_array_equal(array.read(4), values[4])
