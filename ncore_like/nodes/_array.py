@@ -193,6 +193,8 @@ class Array(_ArrayNode):
         """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
         the range is read with a positive step and flipped)."""
         selection = canonical(selection)
+        if type(selection) is int:  # a row: no slice to flip
+            return self.read(selection)
         flips = _negative_steps(selection, self.shape)
         if flips is None:
             return self.read(selection)
