@@ -660,3 +660,152 @@ def test_rows_read_by_index_match_numpy_including_rows_never_written(
     for index in (rows, -rows - 1):
         with pytest.raises(IndexError):
             array.read(index)
+
+
+def row_chunked(tmp_path: Path, rows: int = 64, width: int = 32, **options: Any) -> tuple[Array, np.ndarray[Any, Any]]:
+    """A Blosc array chunked by rows (written unless it is there), its row reader in place
+    (one row read), and its values."""
+    values = np.arange(rows * width, dtype=np.float32).reshape(rows, width) - 100
+    if not (tmp_path / "rows.itar").exists():
+        write(tmp_path / "rows.itar", lambda root: root.create_array("x", values, chunks=(1, width)))
+    array = IndexedTarZarrStore(tmp_path / "rows.itar", **options).open_root_group().array("x")
+    np.testing.assert_array_equal(array.read(0), values[0])
+    return array, values
+
+
+def test_every_integer_form_of_a_row_index_takes_the_row_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    array, values = row_chunked(tmp_path)
+    import ncore_like.backend._backend as backend_module
+
+    def no_plan(*args: Any) -> None:
+        raise AssertionError("a row read by index was planned: the row reader was not used")
+
+    monkeypatch.setattr(backend_module, "plan_read", no_plan)
+    out = np.empty(values.shape[1], np.float32)
+    for index in (5, -1, -64, 63):
+        forms = [index, np.int64(index), np.int16(index), np.array(index), np.array(index, np.int8), (index,)]
+        if index >= 0:
+            forms += [np.uint8(index), np.uint32(index), np.uint64(index), np.array(index, np.uint16)]
+        for form in forms:
+            result = array.read(form)
+            np.testing.assert_array_equal(result, values[form])
+            assert result.shape == values[form].shape and not result.flags.writeable
+            out[...] = np.nan
+            assert array.read(form, out=out) is out and out.flags.writeable
+            np.testing.assert_array_equal(out, values[form])
+            np.testing.assert_array_equal(array[form], values[form])
+
+
+def test_row_reads_check_out_as_every_read_does(tmp_path: Path) -> None:
+    array, values = row_chunked(tmp_path)
+    width = values.shape[1]
+    read_only = np.empty(width, np.float32)
+    read_only.setflags(write=False)
+    for out, problem in (
+        (np.empty(width, np.float64), r"dtype float64 \(expected float32\)"),
+        (np.empty(width + 1, np.float32), r"shape \(33,\) \(expected \(32,\)\)"),
+        (np.empty((1, width), np.float32), r"shape \(1, 32\) \(expected \(32,\)\)"),
+        (np.empty(2 * width, np.float32)[::2], "not C-contiguous"),
+        (read_only, "not writeable"),
+        (list(range(width)), "must be a numpy array, got list"),
+    ):
+        for index in (3, np.int64(3)):
+            with pytest.raises(ValueError, match=f"out for array 'x'.*{problem}"):
+                array.read(index, out=out)  # type: ignore[arg-type]
+    with pytest.raises(IndexError):  # out of bounds: the index is the first error, as for other reads
+        array.read(64, out=np.empty(width, np.float64))
+    # An ndarray subclass of the right kind is filled and returned itself.
+    memmap = np.memmap(tmp_path / "out.bin", dtype=np.float32, mode="w+", shape=(width,))
+    assert array.read(7, out=memmap) is memmap
+    np.testing.assert_array_equal(np.asarray(memmap), values[7])
+
+
+def test_backend_stats_count_every_row_read_of_many_threads(tmp_path: Path) -> None:
+    import threading
+
+    array, values = row_chunked(tmp_path)
+    stats = array.backend.stats
+    assert stats == {"fast": 1} and array.backend.stats is stats  # one object, brought up to date
+    threads, reads = 4, 300
+
+    def read_rows(seed: int) -> None:
+        out = np.empty(values.shape[1], np.float32)
+        for index in np.random.default_rng(seed).integers(0, len(values), reads):
+            array.read(index, out=out if index % 2 else None)
+            array.backend.stats  # noqa: B018  (reading the stats meanwhile loses no read)
+
+    workers = [threading.Thread(target=read_rows, args=(seed,)) for seed in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert stats == {"fast": 1 + threads * reads}
+    array.read(slice(0, 3))  # a planned read counts as it did
+    assert array.backend.stats == {"fast": 2 + threads * reads}
+    stats.clear()  # a caller may reset the counts
+    array.read(1)
+    array.read(2)
+    assert array.backend.stats == {"fast": 2}
+
+
+#: A whole Blosc record of one row of 4 float32 (numcodecs' own: its header gives its length).
+ROW_RECORD = numcodecs.blosc.compress(np.zeros(4, np.float32).tobytes(), b"lz4", 5, 1)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (b"certainly not blosc", "decompresses to 0 bytes, expected 16"),
+        (numcodecs.blosc.compress(np.zeros(3, np.float32).tobytes(), b"lz4", 5, 1), "decompresses to 12 bytes"),
+        (ROW_RECORD[:-1], f"is truncated: {len(ROW_RECORD) - 1} bytes of the {len(ROW_RECORD)} its Blosc header"),
+    ],
+)
+def test_corrupt_rows_read_by_index_raise_a_format_error_naming_archive_and_key(
+    tmp_path: Path, record: bytes, message: str
+) -> None:
+    from ncore_like import ArchiveFormatError, EncodedArray
+
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    encoded = EncodedArray.encode(values, chunks=(1, 4), compression=BloscCompression())
+    encoded.chunk_records[(1, 0)] = record  # the second row is damaged, the others are fine
+    write(tmp_path / "c.itar", lambda root: root.create_encoded_array("x", encoded))
+    array = IndexedTarZarrStore(tmp_path / "c.itar").open_root_group().array("x")
+    for index in (0, 2, -1):
+        np.testing.assert_array_equal(array.read(index), values[index])
+    for read in (lambda: array.read(1), lambda: array.read(np.int64(-2), out=np.empty(4, np.float32))):
+        with pytest.raises(ArchiveFormatError, match=message) as raised:
+            read()
+        assert raised.value.key == "x/1.0" and str(raised.value).startswith(str(raised.value.archive))
+        assert raised.value.archive is not None and raised.value.archive.endswith("c.itar")
+
+
+def test_rows_of_a_closed_store_raise(tmp_path: Path) -> None:
+    from ncore_like import ArchiveClosedError
+
+    array, _ = row_chunked(tmp_path, index_tail_read_size=None)  # rows outside the tail: read from the file
+    array._store.close()  # type: ignore[union-attr]
+    for read in (lambda: array.read(1), lambda: array.read(np.int64(1), out=np.empty(32, np.float32))):
+        with pytest.raises(ArchiveClosedError, match=r"rows\.itar: archive is closed"):
+            read()
+
+
+@pytest.mark.parametrize("tail", [None, 1 << 20])  # the row read from the file, or from the tail read
+def test_a_damaged_row_read_by_index_raises_a_checksum_error(tmp_path: Path, tail: int | None) -> None:
+    from ncore_like import ChecksumError
+
+    _, values = row_chunked(tmp_path)
+    offset = IndexedTarArchive(tmp_path / "rows.itar").records["x/5.0"].offset
+    with open(tmp_path / "rows.itar", "r+b") as file:  # one bit of row 5's record flipped
+        file.seek(offset + 20)
+        byte = file.read(1)[0]
+        file.seek(offset + 20)
+        file.write(bytes([byte ^ 0x10]))
+    array, _ = row_chunked(tmp_path, index_tail_read_size=tail)
+    out = np.full(values.shape[1], 7.0, np.float32)
+    for read in (lambda: array.read(5), lambda: array.read(np.int64(-59), out=out), lambda: array[5]):
+        with pytest.raises(ChecksumError, match="'x/5.0'"):
+            read()
+    assert np.all(out == 7.0)  # the damaged values never reach the caller
+    np.testing.assert_array_equal(array.read(4), values[4])

@@ -7,7 +7,7 @@ The public class is a thin face: an archive opened for reading is a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -311,6 +311,11 @@ class IndexedTarArchive:
         records of a closed archive.
         """
         return self._impl.read(key)
+
+    def record_reader(self) -> Callable[[str], bytes]:
+        """:meth:`read` as a function of the key, bound to the archive's own implementation:
+        the same reads and checks one call shorter (~0.1 us), for loops of many small reads."""
+        return self._impl.read
 
     def read_into(self, key: str, buffer: memoryview) -> None:
         """Reads the payload of a record into ``buffer`` (writable bytes of the record's size),

@@ -37,6 +37,8 @@ def canonical(selection: Any) -> Any:
     too, and a 1-tuple as its item; anything else (lists, arrays, masks, bools) unchanged."""
     if type(selection) is int:  # the most common case first: a row
         return selection
+    if isinstance(selection, np.integer):  # then a row by a numpy index (numpy's bool is none)
+        return int(selection)
     if type(selection) is tuple:
         if len(selection) == 1:
             return _item(selection[0])

@@ -194,6 +194,8 @@ class Array(_ArrayNode):
         """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
         the range is read with a positive step and flipped)."""
         selection = canonical(selection)
+        if type(selection) is int:  # a row: no slice to flip
+            return self.read(selection)
         flips = _negative_steps(selection, self.shape)
         if flips is None:
             return self.read(selection)
@@ -326,6 +328,18 @@ class Array(_ArrayNode):
         selection's shape, checked before reading) the values land in ``out``, which is
         returned itself (still writeable, of its own type, e.g. ``numpy.memmap``).
         """
+        # The commonest small read first: one row of an array chunked by rows, straight to the
+        # backend's row reader once it has one (it checks ``out`` and the bounds itself and
+        # leaves anything else, errors included, to the general path below).
+        if type(selection) is not int:
+            selection = canonical(selection)
+        reader = self._state.row_reader
+        if reader is not None and type(selection) is int:
+            row = reader(selection, out)
+            if row is not None:
+                if out is None:
+                    row.setflags(write=False)
+                return row
         # The error handling is written out: a context manager costs a noticeable share of
         # a one-chunk read.
         if out is not None:
