@@ -13,6 +13,7 @@ on.
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple
@@ -262,6 +263,9 @@ class ReadingArchive(ArchiveBase):
         self.index_record = index_record
         self._verify = options.verify_checksums is None or bool(options.verify_checksums)
         self._source = source
+        # The descriptor of a local archive: read() preads it itself, a call shorter than
+        # through the source (a tenth of a small record's read). None once closed.
+        self._fd = source.fd if isinstance(source, LocalSource) else None
         self._cache_version = cache_version  # of an unpickled archive: the version its index is of
         # The bytes of the tail read, and records prefetched by open_async until read once.
         self._tail = tail
@@ -436,6 +440,7 @@ class ReadingArchive(ArchiveBase):
                     opened.set_file_size(self.file_size)
                     self._check_cached_records(opened)
                     self._source = opened
+                    self._fd = opened.fd if isinstance(opened, LocalSource) else None
                 source = self._source
         return source
 
@@ -527,13 +532,19 @@ class ReadingArchive(ArchiveBase):
             if data:
                 return data  # prefetched: checked when it was fetched
             if data is None:
-                source = self._source
-                if source is None or self.closed:
-                    source = self._live_source()
-                try:
-                    data = source.read(offset, size)
-                except RemoteStorageError as error:
-                    raise _naming(error, key) from error
+                fd = self._fd
+                if fd is not None:
+                    data = os.pread(fd, size, offset)
+                    if len(data) != size:  # short: the source retries the rest, or says why not
+                        data = self._live_source().read(offset, size)
+                else:
+                    source = self._source
+                    if source is None or self.closed:
+                        source = self._live_source()
+                    try:
+                        data = source.read(offset, size)
+                    except RemoteStorageError as error:
+                        raise _naming(error, key) from error
         # Checked at once, on the thread that read it, while the bytes are in the CPU's cache.
         if self._verify:
             crcs = table.crcs
@@ -619,6 +630,7 @@ class ReadingArchive(ArchiveBase):
             if self.closed:
                 return
             self.closed = True
+            self._fd = None
             if self._source is not None:
                 self._source.close()
 
@@ -629,3 +641,4 @@ class ReadingArchive(ArchiveBase):
         with self.lock:
             if not self.closed and self._source is not None:
                 self._source.reopen()
+                self._fd = self._source.fd if isinstance(self._source, LocalSource) else None

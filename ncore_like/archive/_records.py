@@ -172,7 +172,13 @@ class _ScanningPositions(Mapping[str, int]):
         if len(positions) != len(keys):
             duplicate = next(key for key, count in Counter(keys).items() if count > 1)
             raise _duplicate(duplicate, self._where)
-        self._table.positions = positions
+        # Steady state from here on: lists too, whose items are ready ints (an array makes
+        # one per access, ~20 ns, three times a read).
+        table = self._table
+        table.offsets, table.sizes = list(table.offsets), list(table.sizes)
+        if table.crcs is not None:
+            table.crcs = list(table.crcs)
+        table.positions = positions
         return positions
 
 

@@ -112,6 +112,11 @@ class LocalSource:
             raise IsADirectoryError(21, "is a directory, not an indexed tar archive", self._path)
         return fd
 
+    @property
+    def fd(self) -> int | None:
+        """The file's descriptor (None once closed), for callers that ``pread`` it directly."""
+        return self._fd if self._fd >= 0 else None
+
     def read_tail(self, size: int) -> tuple[bytes, int | None]:
         file_size = os.fstat(self._fd).st_size
         size = min(size, file_size)
