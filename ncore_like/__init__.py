@@ -8,14 +8,12 @@ fsspec: a script that only reads records starts in a fraction of the time.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 
 # The library's loggers ("ncore_like.archive.retry"...) are quiet until the application
-# configures logging: no handler of ours prints (not even Python's last resort).
-logging.getLogger("ncore_like").addHandler(logging.NullHandler())
+# configures logging: ``_log`` gives ``ncore_like`` a NullHandler before it makes the first.
 
 if TYPE_CHECKING:  # the names as type checkers see them (``X as X``: re-exported)
     from ._concurrency import (

@@ -16,20 +16,19 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import sys
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import EventLoopError
 
 if TYPE_CHECKING:
     import asyncio
+    from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
     import fsspec.asyn
 
@@ -97,6 +96,10 @@ def worker_pool() -> ThreadPoolExecutor:
     if pool is None:
         with _pool_lock:
             if _pool is None:
+                # Imported here: it brings logging (~8 ms), which a process reading
+                # local records on its own thread never needs.
+                from concurrent.futures import ThreadPoolExecutor
+
                 _pool = ThreadPoolExecutor(
                     worker_threads(), thread_name_prefix="ncore_like", initializer=_mark_worker_thread
                 )
@@ -197,7 +200,7 @@ def sync(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, *, 
     limit = _sync_timeout if timeout is None else timeout
     try:
         return future.result(limit)
-    except concurrent.futures.TimeoutError as error:
+    except TimeoutError as error:  # concurrent.futures' TimeoutError is the builtin
         if future.done():  # the coroutine itself raised TimeoutError
             raise
         future.cancel()

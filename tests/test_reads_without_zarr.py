@@ -115,6 +115,33 @@ def test_a_blocking_local_read_imports_neither_asyncio_nor_fsspec(archive: Path)
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_fresh_process_reading_a_raw_record_imports_only_what_reading_needs(tmp_path: Path, zarr_format: int) -> None:
+    # A new DataLoader worker opens an archive and reads a frame: codecs, logging, the
+    # worker pool, the writer's tar headers and the record cache are for other paths, and
+    # each costs milliseconds of the worker's start (numpy's own imports are numpy's).
+    path = tmp_path / "frames.itar"
+    with IndexedTarZarrStore(path, "w") as store:
+        frames = store.create_root_group({}, zarr_format=zarr_format).create_group("frames")
+        frames.create_array("00000", np.arange(5000, dtype=np.uint8), chunks="single", compression=None)
+        store.consolidate()
+    unwanted = ("numcodecs", "zarr", "logging", "concurrent.futures", "tarfile", "hashlib", "random", "asyncio",
+                "importlib.metadata")  # fmt: skip
+    listing = f"print(sorted(m for m in {unwanted!r} if m in sys.modules), file=sys.__stdout__)\n"
+    read = (
+        "from ncore_like import IndexedTarZarrStore\n"
+        f"with IndexedTarZarrStore({str(path)!r}) as store:\n"
+        "    frame = store.open_root_group().group('frames').array('00000').read()\n"
+        "assert int(frame[4999]) == 4999 % 256\n"
+    )
+    found = []
+    for code in (read, "import numpy\n"):
+        result = subprocess.run([sys.executable, "-c", "import sys\n" + code + listing], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        found.append(set(eval(result.stdout)))
+    assert found[0] - found[1] == set()
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
 def test_an_unconsolidated_hierarchy_is_listed_as_zarr_python_lists_it_without_it(
     tmp_path: Path, zarr_format: int
 ) -> None:
@@ -143,3 +170,12 @@ def test_an_unconsolidated_hierarchy_is_listed_as_zarr_python_lists_it_without_i
             f"assert main([{command!r}, {str(path)!r}]) == 0\n"
         )
         assert not zarr_imported(code), command
+
+
+def test_the_zarr_version_a_reader_checks_is_the_installed_distributions() -> None:
+    from importlib.metadata import version
+
+    from ncore_like import _compat
+
+    assert _compat._version_file_of_zarr() == version("zarr")
+    assert _compat.installed_zarr_major() == ZARR_MAJOR

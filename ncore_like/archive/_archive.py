@@ -12,7 +12,6 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .._defaults import TAIL_READ_SIZE
-from ._cache import CacheOption, RecordCache
 from ._format import Index
 from ._location import Location
 from ._reading import ReadingArchive, ReadOptions
@@ -22,6 +21,7 @@ from ._retry import RetryPolicy
 if TYPE_CHECKING:
     from upath import UPath
 
+    from ._cache import CacheOption, RecordCache
     from ._writing import WritingArchive
 
 __all__ = ["IndexTailRetention", "IndexedTarArchive", "OpenMode", "Record"]

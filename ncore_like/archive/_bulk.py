@@ -13,9 +13,8 @@ Both are generators that own a thread pool: exhaust them or close them (e.g. wit
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from .._concurrency import default_workers, ordered_map
 from .._defaults import (
@@ -28,9 +27,18 @@ from .._defaults import (
 from ..errors import ChecksumError
 from ._archive import IndexedTarArchive
 
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
 __all__ = ["map_records", "read_records", "scan_records"]
 
 R = TypeVar("R")
+
+
+def _executor(workers: int, name: str) -> ThreadPoolExecutor:
+    from concurrent.futures import ThreadPoolExecutor  # with the first bulk read: it brings logging
+
+    return ThreadPoolExecutor(workers, thread_name_prefix=name)
 
 
 def map_records(
@@ -68,7 +76,7 @@ def _mapped(
     # A generator of its own, so that map_records checks its arguments when it is called.
     records = archive.records
     with (
-        ThreadPoolExecutor(workers, thread_name_prefix="ncore_like-bulk") as pool,
+        _executor(workers, "ncore_like-bulk") as pool,
         closing(
             ordered_map(
                 pool,
@@ -207,7 +215,7 @@ def _scanned(
     archive: IndexedTarArchive, keys: Iterable[str], span_bytes: int, spans_ahead: int
 ) -> Generator[tuple[str, bytes], None, None]:
     with (
-        ThreadPoolExecutor(spans_ahead, thread_name_prefix="ncore_like-scan") as pool,
+        _executor(spans_ahead, "ncore_like-scan") as pool,
         closing(
             ordered_map(
                 pool,

@@ -27,7 +27,6 @@ import contextlib
 import errno
 import functools
 import hashlib
-import logging
 import os
 import struct
 import threading
@@ -37,13 +36,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._concurrency import run_in_worker
 from .._defaults import CACHE_MAX_BYTES, CACHE_TTL
+from .._log import library_logger
 from ._checksum import checksum
 from ._sources import INLINE_READ_BYTES
 
 if TYPE_CHECKING:
     from ._remote import FsspecSource
 
-logger = logging.getLogger("ncore_like.archive.cache")
+logger = library_logger("ncore_like.archive.cache")
 
 __all__ = ["CacheOption", "CachedSource", "RecordCache", "as_cache", "cached_source", "object_version"]
 

@@ -25,14 +25,10 @@ archive whose writer died).
 from __future__ import annotations
 
 import array
-import lzma
 import struct
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import cbor2
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import ArchiveFormatError, InvalidKeyError
 
@@ -62,8 +58,9 @@ __all__ = [
     "validate_key",
 ]
 
-BLOCK_SIZE = tarfile.BLOCKSIZE  # 512
-_TAR_RECORD_SIZE = tarfile.RECORDSIZE  # 20 blocks: tarfile pads the end-of-archive to this
+# tarfile's BLOCKSIZE and RECORDSIZE (a test checks), without importing tarfile for a reader.
+BLOCK_SIZE = 512
+_TAR_RECORD_SIZE = 20 * BLOCK_SIZE  # tarfile pads the end-of-archive to this
 INDEX_MAGIC = b"itar"
 INDEX_TYPE_CBOR_XZ = 1
 INDEX_HEADER_FORMAT = "<4sIQI"  # magic, index type, index offset, index size
@@ -122,29 +119,39 @@ def padding(size: int) -> int:
 
 
 def _tarfile_header(key: str, size: int) -> bytes:
+    import tarfile  # writers only (a reader never builds a header)
+
     info = tarfile.TarInfo(key)
     info.size = size
     return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
-# A ustar header as tarfile writes it for a short ASCII name; only the name, the size and
-# the checksum differ between records.
-_USTAR_TEMPLATE = _tarfile_header("x", 0)
 _MAX_USTAR_SIZE = 8**11  # the size field holds 11 octal digits
 
 
-def _template_fixed_sum() -> int:
-    """The tar checksum's share of the template's bytes that don't vary between records
-    (all but the name, size, checksum and CRC fields; the checksum field counts as spaces)."""
-    block = bytearray(_USTAR_TEMPLATE)
+class _Template(NamedTuple):
+    """A ustar header as tarfile writes it for a short ASCII name (only the name, the size
+    and the checksums differ between records), made with the first header."""
+
+    block: bytes
+    fixed_sum: int
+    """The tar checksum's share of the bytes that don't vary between records (all but the
+    name, size, checksum and CRC fields; the checksum field counts as spaces)."""
+    no_crc: bytes  # the CRC field without a CRC: NULs
+
+
+def _make_template() -> _Template:
+    global _template
+    block = _tarfile_header("x", 0)
+    fixed = bytearray(block)
     for field in (slice(0, 100), slice(124, 136), _CHECKSUM_FIELD):
-        block[field] = bytes(field.stop - field.start)
-    block[148:156] = b" " * 8
-    return sum(block)
+        fixed[field] = bytes(field.stop - field.start)
+    fixed[148:156] = b" " * 8
+    _template = _Template(block, sum(fixed), block[_CHECKSUM_FIELD])
+    return _template
 
 
-_TEMPLATE_FIXED_SUM = _template_fixed_sum()
-_TEMPLATE_CRC_FIELD = _USTAR_TEMPLATE[_CHECKSUM_FIELD]  # NULs: no CRC
+_template: _Template | None = None
 
 
 def _seal(block: bytearray) -> bytes:
@@ -161,29 +168,31 @@ def member_header(key: str, size: int, crc: int | None = None) -> bytes:
     if len(key) <= 100 and size < _MAX_USTAR_SIZE and key.isascii():
         # Filled in from a template: tarfile takes ~4x longer, a noticeable share of
         # writing records of a few hundred kilobytes.
+        template = _template or _make_template()
+        block = template.block
         name = key.encode("ascii")
         size_field = b"%011o\0" % size
-        crc_field = b"%s%08x\0" % (_CHECKSUM_MARK, crc) if crc is not None else _TEMPLATE_CRC_FIELD
+        crc_field = b"%s%08x\0" % (_CHECKSUM_MARK, crc) if crc is not None else template.no_crc
         # The tar checksum is the sum of the block's bytes: the template's fixed part is summed
         # once, so a record sums only what differs (summing 512 bytes took half the time).
-        total = _TEMPLATE_FIXED_SUM + sum(name) + sum(size_field) + sum(crc_field)
+        total = template.fixed_sum + sum(name) + sum(size_field) + sum(crc_field)
         return b"".join(
             (
                 name.ljust(100, b"\0"),
-                _USTAR_TEMPLATE[100:124],
+                block[100:124],
                 size_field,
-                _USTAR_TEMPLATE[136:148],
+                block[136:148],
                 b"%06o\0 " % total,
-                _USTAR_TEMPLATE[156 : _CHECKSUM_FIELD.start],
+                block[156 : _CHECKSUM_FIELD.start],
                 crc_field,
             )
         )
     header = _tarfile_header(key, size)
     if crc is None:
         return header
-    block = bytearray(header[-BLOCK_SIZE:])
-    block[_CHECKSUM_FIELD] = b"%s%08x\0" % (_CHECKSUM_MARK, crc)
-    return header[:-BLOCK_SIZE] + _seal(block)
+    last = bytearray(header[-BLOCK_SIZE:])
+    last[_CHECKSUM_FIELD] = b"%s%08x\0" % (_CHECKSUM_MARK, crc)
+    return header[:-BLOCK_SIZE] + _seal(last)
 
 
 def header_checksum(block: bytes | memoryview) -> int | None:
@@ -320,11 +329,19 @@ def encode_index(
     }
     if checksums is not None:
         table[INDEX_CHECKSUMS_KEY] = [checksums[i] for i in order]
+    import lzma  # here, as in decode_index: a reader of a record table never needs it
+
+    import cbor2
+
     return lzma.compress(cbor2.dumps(table), format=lzma.FORMAT_XZ)
 
 
 def decode_index(data: bytes | memoryview, header: IndexHeader, archive: str) -> Index:
     """Decodes and validates an index of type 1: every record must lie before the index."""
+    import lzma
+
+    import cbor2
+
     try:
         decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
         raw = decompressor.decompress(data)

@@ -12,17 +12,16 @@ on.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .._concurrency import run_in_worker
 from .._defaults import DECODED_INDEX_RECORDS, TAIL_READ_SIZE
+from .._log import library_logger
 from .._lru import LRUCache, process_cache
 from ..errors import ArchiveClosedError, ArchiveFormatError, ChecksumError, RemoteStorageError
-from ._cache import CachedSource, CacheOption, RecordCache, as_cache, cached_source
 from ._checksum import checksum
 from ._format import (
     BLOCK_SIZE,
@@ -39,9 +38,12 @@ from ._retry import RetryPolicy
 from ._sources import LocalSource, RecordSource
 from ._table import TablePointer, decode_records, unpack_table_pointer
 
+if TYPE_CHECKING:
+    from ._cache import CachedSource, CacheOption, RecordCache
+
 __all__ = ["ReadOptions", "ReadingArchive"]
 
-logger = logging.getLogger("ncore_like.archive.index")
+logger = library_logger("ncore_like.archive.index")
 
 # Decoding the index of a 20,000-record archive (xz, then CBOR, then the key lookup table)
 # takes ~7 ms, most of an archive's opening, and jobs often open the same archive again and
@@ -89,7 +91,11 @@ class ReadOptions(NamedTuple):
         """The options of the public keyword arguments of the same names, checked."""
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        cache_ = as_cache(cache)
+        cache_ = None
+        if cache is not None:  # the cache module (and hashlib) come with the first cache
+            from ._cache import as_cache
+
+            cache_ = as_cache(cache)
         return cls(index_tail_read_size, bool(remote_range_reads), verify_checksums, cache_, retry or DEFAULT_RETRY)
 
     @property
@@ -108,6 +114,8 @@ class ReadOptions(NamedTuple):
         remote = FsspecSource(location, range_reads=self.remote_range_reads, retry=self.retry)
         if self.cache is None:
             return remote
+        from ._cache import cached_source
+
         return cached_source(remote, self.cache, version)
 
 
@@ -229,6 +237,15 @@ def _unique(index: Index, name: str) -> RecordTable:
             f"corrupt record index: key {duplicate!r} has two entries", archive=name, key=duplicate
         )
     return table
+
+
+def _cached(source: RecordSource | None) -> CachedSource | None:
+    """``source`` if it reads through a record cache (only remote sources do)."""
+    if source is None or isinstance(source, LocalSource):
+        return None
+    from ._cache import CachedSource
+
+    return source if isinstance(source, CachedSource) else None
 
 
 def _naming(error: RemoteStorageError, key: str) -> RemoteStorageError:
@@ -387,7 +404,7 @@ class ReadingArchive(ArchiveBase):
             "index": (self.table.keys, self.table.offsets, self.table.sizes, self.table.crcs),
             # The object version the index is of (records read in the other process are
             # cached under it).
-            "cache_version": source.version if isinstance(source, CachedSource) else self._cache_version,
+            "cache_version": cached.version if (cached := _cached(source)) is not None else self._cache_version,
         }
 
     @classmethod
@@ -426,8 +443,9 @@ class ReadingArchive(ArchiveBase):
         # archive's checksums where it has them (a mismatch drops the cached copy and reads
         # the record again), else against the cache's own CRC32C; not at all when
         # verify_checksums=False chose speed.
-        if isinstance(source, CachedSource):
-            source.verify_hits = self._verify and not self.verify_checksums
+        cached = _cached(source)
+        if cached is not None:
+            cached.verify_hits = self._verify and not self.verify_checksums
 
     def _live_source(self) -> RecordSource:
         source = self._source

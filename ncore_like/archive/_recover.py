@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import IO, TYPE_CHECKING
 
+from .._log import library_logger
 from ..errors import ArchiveExistsError, ArchiveFormatError, NcoreLikeError, UnfinishedArchiveError
 from ._archive import IndexedTarArchive
 from ._checksum import checksum
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RecoveryReport", "find_partial", "recover_records", "remove_copied_source"]
 
-logger = logging.getLogger("ncore_like.archive.recover")
+logger = library_logger("ncore_like.archive.recover")
 
 #: Payload bytes read at once while checking a record (bounds memory for huge records).
 _READ_PIECE = 16 << 20

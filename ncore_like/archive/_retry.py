@@ -16,21 +16,20 @@ WARNING; a read given up, too.
 
 from __future__ import annotations
 
-import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._defaults import RETRY_ATTEMPTS, RETRY_BASE_DELAY, RETRY_DEADLINE, RETRY_MAX_DELAY
+from .._log import library_logger
 from ..errors import NcoreLikeError, RemoteStorageError
 
 __all__ = ["RetryPolicy", "ShortBody", "http_status", "is_transient"]
 
 T = TypeVar("T")
 
-logger = logging.getLogger("ncore_like.archive.retry")
+logger = library_logger("ncore_like.archive.retry")
 
 
 class ShortBody(OSError):
@@ -138,6 +137,8 @@ class RetryPolicy:
         """Seconds to wait after attempt ``attempt`` (from 1) failed with ``error``."""
         if attempt == 1 and http_status(error) is None:
             return 0.0  # a connection failure, not an answer saying the service is overloaded
+        import random  # here: only a failing read waits
+
         return float(min(self.max_delay, self.base_delay * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
 
     def worst_case_seconds(self, attempt_timeout: float) -> float:

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import FIRST_EXCEPTION, wait
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,6 +24,7 @@ import numpy as np
 from .. import _compat
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
+from .._log import DEBUG, library_logger
 from ..store._documents import ChunkKeys
 from ._decode import blosc_into, decode_into, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
@@ -36,7 +35,7 @@ __all__ = ["Backend"]
 
 T = TypeVar("T")
 
-logger = logging.getLogger("ncore_like.backend.fallback")
+logger = library_logger("ncore_like.backend.fallback")
 
 NDArray = np.ndarray[Any, Any]
 
@@ -134,7 +133,7 @@ class Backend:
             if state.fallback_logged:
                 return
             state.fallback_logged = True
-        if logger.isEnabledFor(logging.DEBUG):
+        if logger.isEnabledFor(DEBUG):
             view, archive = array.view, array.archive
             path = view.path if view is not None else array.zarr.path
             where = archive.location.name if archive is not None else str(array.zarr.store)
@@ -331,6 +330,8 @@ class Backend:
             return
         pool = worker_pool()
         futures = [pool.submit(self._place, task, layout, out, plan.drop_axes, None) for task in tasks]
+        from concurrent.futures import FIRST_EXCEPTION, wait  # here: single-threaded reads never need it
+
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in done:
             future.result()  # raises the first error

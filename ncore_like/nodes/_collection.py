@@ -16,16 +16,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._defaults import TAIL_READ_SIZE
 from ..archive import IndexedTarArchive, Location, ReadOptions, RetryPolicy, is_url
-from ..archive._cache import CacheOption
 from ..archive._reading import DEFAULT_RETRY
 from ._group import Group
 from ._stores import IndexedTarZarrStore
+
+if TYPE_CHECKING:
+    from ..archive._cache import CacheOption
 
 __all__ = ["ArchiveCollection"]
 

@@ -13,7 +13,6 @@ builds the whole hierarchy from one record.
 from __future__ import annotations
 
 import json
-import lzma
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -83,6 +82,8 @@ def encode_consolidated(records: Mapping[str, bytes], zarr_format: Literal[2, 3]
     if zarr_format == 2:
         # Preset 0 (a 256 KiB dictionary): ~4x faster than the default preset 6 on a table of
         # 40 to 2000 nodes, and no larger (scripts/bench_ops ``frames`` measures the writes).
+        import lzma  # zarr format 2's record only
+
         return lzma.compress(encoded, format=lzma.FORMAT_XZ, preset=0)
     return zlib.compress(encoded)
 
@@ -93,10 +94,17 @@ def decode_consolidated(data: bytes, zarr_format: Literal[2, 3], where: str) -> 
     if zarr_format == 2 and bytes(data[: len(_XZ_MAGIC)]) != _XZ_MAGIC:
         # lzma would also take other formats (lzma-alone, raw...) it happens to detect.
         raise ConsolidatedMetadataError(f"consolidated metadata record {key} is no xz stream", archive=where)
+    errors: tuple[type[Exception], ...] = (zlib.error, cbor2.CBORDecodeError, ValueError, EOFError)
     try:
-        raw = lzma.decompress(data, format=lzma.FORMAT_XZ) if zarr_format == 2 else zlib.decompress(data)
+        if zarr_format == 2:
+            import lzma  # zarr format 2's record only (xz)
+
+            errors += (lzma.LZMAError,)
+            raw = lzma.decompress(data, format=lzma.FORMAT_XZ)
+        else:
+            raw = zlib.decompress(data)
         table = cbor2.loads(raw)
-    except (lzma.LZMAError, zlib.error, cbor2.CBORDecodeError, ValueError, EOFError) as error:
+    except errors as error:
         raise ConsolidatedMetadataError(
             f"corrupt consolidated metadata record {key} ({error})", archive=where
         ) from error

@@ -21,7 +21,6 @@ from ..archive import (
     is_node_metadata_key,
     read_records,
 )
-from ..archive._cache import CacheOption
 from ..errors import NodeMetadataError
 from ._base import Consolidated, Store
 from ._consolidated import (
@@ -36,6 +35,7 @@ from ._documents import GroupView, children_by_record
 if TYPE_CHECKING:
     from upath import UPath
 
+    from ..archive._cache import CacheOption
     from ._metadata import NodeView
     from ._zarr_store import ItarZarrStore
 

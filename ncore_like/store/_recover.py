@@ -14,10 +14,10 @@ Records under no array (chunks of arrays whose metadata was written after the la
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
+from .._log import library_logger
 from ..archive import IndexedTarArchive
 from ..archive._format import is_node_metadata_key
 from ..archive._recover import RecoveryReport, recover_records, remove_copied_source
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RecoveryReport", "recover"]
 
-logger = logging.getLogger("ncore_like.store.recover")
+logger = library_logger("ncore_like.store.recover")
 
 
 def recover(path: str | PurePath | UPath, output: str | PurePath | None = None) -> RecoveryReport:
