@@ -96,22 +96,27 @@ def test_read_only_commands_import_no_zarr(archive: Path, command: list[str]) ->
     assert not zarr_imported(code)
 
 
+def imported_beyond(code: str, baseline: str, modules: tuple[str, ...]) -> set[str]:
+    """Which of ``modules`` a fresh interpreter running ``code`` (which must work) imports
+    that one running ``baseline`` doesn't (what numpy and numcodecs import is theirs)."""
+    listing = f"print(sorted(m for m in {modules!r} if m in sys.modules), file=sys.__stdout__)\n"
+    found = []
+    for script in (code, baseline):
+        command = [sys.executable, "-c", "import sys\n" + script + listing]
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        found.append(set(eval(result.stdout)))
+    return found[0] - found[1]
+
+
 def test_a_blocking_local_read_imports_neither_asyncio_nor_fsspec(archive: Path) -> None:
-    listing = (
-        "print(sorted(m for m in ('asyncio', 'fsspec', 'upath', 'zarr') if m in sys.modules), file=sys.__stdout__)\n"
-    )
     read = (
         "from ncore_like import IndexedTarZarrStore\n"
         f"store = IndexedTarZarrStore({str(archive)!r})\n"
         "store.open_root_group().group('g').array('rows').read(3)\n"
     )
-    found = []
-    # What numpy and numcodecs import themselves (older numcodecs import asyncio) is theirs.
-    for code in (read, "import numpy, numcodecs.blosc\n"):
-        result = subprocess.run([sys.executable, "-c", "import sys\n" + code + listing], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        found.append(set(eval(result.stdout)))
-    assert found[0] - found[1] == set()
+    # Older numcodecs import asyncio themselves.
+    assert imported_beyond(read, "import numpy, numcodecs.blosc\n", ("asyncio", "fsspec", "upath", "zarr")) == set()
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
@@ -126,19 +131,13 @@ def test_a_fresh_process_reading_a_raw_record_imports_only_what_reading_needs(tm
         store.consolidate()
     unwanted = ("numcodecs", "zarr", "logging", "concurrent.futures", "tarfile", "hashlib", "random", "asyncio",
                 "importlib.metadata")  # fmt: skip
-    listing = f"print(sorted(m for m in {unwanted!r} if m in sys.modules), file=sys.__stdout__)\n"
     read = (
         "from ncore_like import IndexedTarZarrStore\n"
         f"with IndexedTarZarrStore({str(path)!r}) as store:\n"
         "    frame = store.open_root_group().group('frames').array('00000').read()\n"
         "assert int(frame[4999]) == 4999 % 256\n"
     )
-    found = []
-    for code in (read, "import numpy\n"):
-        result = subprocess.run([sys.executable, "-c", "import sys\n" + code + listing], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        found.append(set(eval(result.stdout)))
-    assert found[0] - found[1] == set()
+    assert imported_beyond(read, "import numpy\n", unwanted) == set()
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
