@@ -39,6 +39,7 @@ __all__ = [
     "in_worker_thread",
     "io_loop",
     "ordered_map",
+    "process_id",
     "run_in_worker",
     "running_loop",
     "set_sync_timeout",
@@ -288,8 +289,18 @@ def _keep_inherited_sessions() -> None:
 _inherited: list[object] = []
 
 
+_pid = os.getpid()
+
+
+def process_id() -> int:
+    """``os.getpid()``, remembered (a system call costs ~0.3 us, a noticeable share of
+    appending one small record) and renewed in a forked child."""
+    return _pid
+
+
 def _reset_after_fork() -> None:
-    global _pool
+    global _pool, _pid
+    _pid = os.getpid()
     # The parent's threads do not exist here; drop the pool without waiting for them.
     _pool = None
     _keep_inherited_sessions()

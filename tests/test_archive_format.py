@@ -18,6 +18,7 @@ from ncore_like.archive._format import (
     IndexHeader,
     decode_index,
     encode_index,
+    header_checksum,
     member_header,
     pack_index_header,
     tar_end,
@@ -136,3 +137,29 @@ def test_member_headers_equal_tarfile_for_any_key_and_size(key: str, size: int) 
     info = tarfile.TarInfo(key)
     info.size = size
     assert member_header(key, size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=0x2FF), min_size=1, max_size=120),
+    size=st.one_of(st.integers(0, 10**7), st.integers(8**11 - 2, 8**11 + 2)),
+    crc=st.integers(0, 2**32 - 1),
+)
+def test_member_headers_with_a_crc_are_tarfile_headers_carrying_it(key: str, size: int, crc: int) -> None:
+    # tarfile's header with the CRC field filled in and the tar checksum computed over it
+    # (tarfile itself validates that checksum when it reads the header back).
+    info = tarfile.TarInfo(key)
+    info.size = size
+    expected = bytearray(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+    last = len(expected) - BLOCK_SIZE
+    expected[last + 500 : last + 512] = b"CRC%08x\0" % crc
+    expected[last + 148 : last + 156] = b" " * 8
+    expected[last + 148 : last + 155] = b"%06o\0" % sum(expected[last:])
+    header = member_header(key, size, crc)
+    assert header == bytes(expected)
+    assert header_checksum(header[-BLOCK_SIZE:]) == crc
+    with tarfile.open(fileobj=io.BytesIO(header + bytes(2 * BLOCK_SIZE)), mode="r:") as tar:
+        member = tar.next()
+    assert member is not None and member.size == size
+    # (tarfile reads a name ending in '/' as a folder's, without it; no record key ends so)
+    assert member.name == key or key.endswith("/")

@@ -29,6 +29,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
+from zlib import adler32
 
 from ..errors import ArchiveFormatError, InvalidKeyError
 
@@ -131,9 +132,13 @@ _MAX_USTAR_SIZE = 8**11  # the size field holds 11 octal digits
 
 class _Template(NamedTuple):
     """A ustar header as tarfile writes it for a short ASCII name (only the name, the size
-    and the checksums differ between records), made with the first header."""
+    and the checksums differ between records), made with the first header, in the pieces
+    between the fields that vary."""
 
     block: bytes
+    mode_to_size: bytes  # bytes 100-124: mode, uid, gid
+    mtime: bytes  # bytes 136-148
+    type_to_prefix: bytes  # bytes 156-500: type flag, link name, magic, ..., prefix
     fixed_sum: int
     """The tar checksum's share of the bytes that don't vary between records (all but the
     name, size, checksum and CRC fields; the checksum field counts as spaces)."""
@@ -147,7 +152,9 @@ def _make_template() -> _Template:
     for field in (slice(0, 100), slice(124, 136), _CHECKSUM_FIELD):
         fixed[field] = bytes(field.stop - field.start)
     fixed[148:156] = b" " * 8
-    _template = _Template(block, sum(fixed), block[_CHECKSUM_FIELD])
+    _template = _Template(
+        block, block[100:124], block[136:148], block[156 : _CHECKSUM_FIELD.start], sum(fixed), block[_CHECKSUM_FIELD]
+    )
     return _template
 
 
@@ -169,21 +176,21 @@ def member_header(key: str, size: int, crc: int | None = None) -> bytes:
         # Filled in from a template: tarfile takes ~4x longer, a noticeable share of
         # writing records of a few hundred kilobytes.
         template = _template or _make_template()
-        block = template.block
         name = key.encode("ascii")
         size_field = b"%011o\0" % size
         crc_field = b"%s%08x\0" % (_CHECKSUM_MARK, crc) if crc is not None else template.no_crc
         # The tar checksum is the sum of the block's bytes: the template's fixed part is summed
-        # once, so a record sums only what differs (summing 512 bytes took half the time).
-        total = template.fixed_sum + sum(name) + sum(size_field) + sum(crc_field)
+        # once, so a record sums only what differs, with adler32 (whose low 16 bits are 1 + the
+        # byte sum modulo 65521, which these <= 124 bytes can't reach): ~3x faster than sum().
+        varying = adler32(name + size_field + crc_field) & 0xFFFF
         return b"".join(
             (
                 name.ljust(100, b"\0"),
-                block[100:124],
+                template.mode_to_size,
                 size_field,
-                block[136:148],
-                b"%06o\0 " % total,
-                block[156 : _CHECKSUM_FIELD.start],
+                template.mtime,
+                b"%06o\0 " % (template.fixed_sum + varying - 1),
+                template.type_to_prefix,
                 crc_field,
             )
         )

