@@ -4,6 +4,7 @@ attributes serialised per array) and chunk records (encoded on the worker pool).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,44 @@ def test_arrays_of_many_shapes_get_zarr_pythons_metadata_each(
             zarr_format, name, np.zeros(shape, dtype), chunks, compression, {"n": number}, write=False
         )
         assert our_records(path, name) == expected, (shape, chunks)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    indent=st.sampled_from([None, 0, 2, 4]),
+    shape=st.lists(st.integers(0, 2**40), max_size=4),
+    chunks=st.lists(st.integers(1, 99), max_size=4),
+    attributes=st.dictionaries(st.text(max_size=6), JSON, max_size=4) | JSON,
+)
+def test_metadata_text_with_open_values_is_json_of_the_filled_document(
+    indent: int | None, shape: list[int], chunks: list[int], attributes: Any
+) -> None:
+    # The node metadata written per array fills a serialised template: it must be what
+    # json.dumps writes for the whole document, at any nesting level and indent.
+    from ncore_like._compat._shared import JsonTemplate
+
+    def document(shape: Any, chunks: Any, attributes: Any) -> dict[str, Any]:
+        return {"shape": shape, "grid": {"configuration": {"chunk_shape": chunks}}, "attributes": attributes, "z": 2}
+
+    hole = JsonTemplate.hole
+    template = JsonTemplate(document(hole("shape"), hole("chunks"), hole("attributes")), indent)
+    expected = json.dumps(document(shape, chunks, attributes), allow_nan=True, indent=indent).encode()
+    assert template.render({"shape": tuple(shape), "chunks": chunks, "attributes": attributes}) == expected
+
+
+@pytest.mark.skipif(ZARR_MAJOR < 3, reason="zarr-python 3's json_indent setting")
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_metadata_follows_a_json_indent_changed_after_the_first_array(tmp_path: Path, zarr_format: int) -> None:
+    # Templates are cached per process: one made with the default indent must not serve an
+    # array created after the setting changed.
+    data = np.arange(6, dtype="<i4").reshape(2, 3)
+    with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        root.create_array("before", data, chunks=(1, 3), compression=None, attributes={"k": [1, 2]})
+        with zarr.config.set({"json_indent": 4}):
+            root.create_array("after", data, chunks=(1, 3), compression=None, attributes={"k": [1, 2]})
+            expected = zarr_python_records(zarr_format, "after", data, (1, 3), None, {"k": [1, 2]})
+    assert our_records(tmp_path / "a.itar", "after") == expected
 
 
 def test_a_large_compressed_array_is_encoded_on_the_pool_in_order(tmp_path: Path) -> None:

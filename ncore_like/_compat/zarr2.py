@@ -23,7 +23,16 @@ from zarr.meta import Metadata2
 
 from .._lru import LRUCache, process_cache
 from ..errors import ReadOnlyError
-from ._shared import StorePrimitives, checked_format, encode_json, group_records_v2, json_document, parsing
+from ._shared import (
+    JSON_INDENT,
+    JsonTemplate,
+    StorePrimitives,
+    checked_format,
+    encode_json,
+    group_records_v2,
+    json_document,
+    parsing,
+)
 
 __all__ = [
     "ZARR_FORMATS",
@@ -366,17 +375,18 @@ def guess_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 # The ``.zarray`` document of an array without its shape and chunk shape, by dtype, codecs and
 # fill value (the shape and chunks are filled in per array), bounded by count.
-_templates: LRUCache[tuple[Any, ...], dict[str, Any]] = process_cache(256)
+# With it, its text with the shape and chunks open (see JsonTemplate).
+_templates: LRUCache[tuple[Any, ...], tuple[dict[str, Any], JsonTemplate]] = process_cache(256)
 
 
 def _zarray_document(
     shape: tuple[int, ...], dtype: np.dtype[Any], chunks: tuple[int, ...], blosc: Blosc | None, fill_value: Any
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], JsonTemplate]:
     fill_key = np.asarray(fill_value, dtype=dtype).tobytes() if fill_value is not None else None
     config = None if blosc is None else tuple(sorted(blosc.get_config().items()))
     key = (dtype, config, fill_key)
 
-    def make() -> dict[str, Any]:
+    def make() -> tuple[dict[str, Any], JsonTemplate]:
         # The keys in zarr-python 3's order, the values encoded as format 2 prescribes.
         document = {
             "shape": [],
@@ -390,11 +400,13 @@ def _zarray_document(
             "zarr_format": 2,
         }
         stored: dict[str, Any] = json.loads(encode_json(document))  # as stored (e.g. lists, not tuples)
-        return stored
+        hole = JsonTemplate.hole
+        return stored, JsonTemplate({**stored, "shape": hole("shape"), "chunks": hole("chunks")}, JSON_INDENT)
 
-    template = _templates.get_or_put(key, make)
-    assert template is not None
-    return {**template, "shape": list(shape), "chunks": list(chunks)}  # the keys keep their positions
+    made = _templates.get_or_put(key, make)
+    assert made is not None
+    template, text = made
+    return {**template, "shape": list(shape), "chunks": list(chunks)}, text  # the keys keep their positions
 
 
 def array_metadata_records(
@@ -414,9 +426,10 @@ def array_metadata_records(
     check_zarr_format(zarr_format)
     if dimension_names is not None:
         raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
-    document = _zarray_document(shape, dtype, chunks, blosc, fill_value)
+    document, text = _zarray_document(shape, dtype, chunks, blosc, fill_value)
     attributes = dict(attributes or {})
-    return {".zarray": encode_json(document), ".zattrs": encode_json(attributes)}, {
+    zarray = text.render({"shape": shape, "chunks": chunks})
+    return {".zarray": zarray, ".zattrs": encode_json(attributes)}, {
         **document,
         "attributes": attributes,
     }

@@ -24,7 +24,7 @@ from zarr.storage import FsspecStore, LocalStore, StorePath
 
 from .._concurrency import sync
 from .._lru import LRUCache, process_cache
-from ._shared import StorePrimitives, checked_format, json_document, parsing
+from ._shared import JsonTemplate, StorePrimitives, checked_format, json_document, parsing
 
 __all__ = [
     "ZARR_FORMATS",
@@ -302,6 +302,8 @@ class _ArrayTemplate(NamedTuple):
     """v2: zarr-python's ``.zarray`` record, kept only where re-serialising the document
     doesn't give it byte for byte (checked when a template is made): every shape then gets
     a template of its own."""
+    text: JsonTemplate | None = None
+    """The document serialised with its shape, chunk shape and (v3) attributes open."""
 
 
 # Node metadata depends on rank, dtype, codecs and fill value only: the shape and chunk shape
@@ -333,10 +335,13 @@ def _array_template(
             dimension_names=dimension_names,
         )
         if zarr_format == 3:
-            return _ArrayTemplate(json.loads(records["zarr.json"].to_bytes()), None)
+            document = json.loads(records["zarr.json"].to_bytes())
+            return _ArrayTemplate(document, None, _open_template(document, 3))
         zarray = records[".zarray"].to_bytes()
         document = json.loads(zarray)
-        return _ArrayTemplate(document, None if _serialised(document) == zarray else zarray)
+        if _serialised(document) != zarray:
+            return _ArrayTemplate(document, zarray)
+        return _ArrayTemplate(document, None, _open_template(document, 2))
 
     ones = (1,) * len(shape)
     template = _templates.get_or_put(key, lambda: make(ones, ones))
@@ -345,21 +350,44 @@ def _array_template(
         template = _templates.get_or_put((*key, shape, chunks), lambda: make(shape, chunks))
         assert template is not None
         return template
-    document = dict(template.document)  # the keys keep their positions
-    document["shape"] = list(shape)
+    return _ArrayTemplate(_filled(template.document, zarr_format, list(shape), list(chunks)), None, template.text)
+
+
+def _filled(document: dict[str, Any], zarr_format: ZarrFormat, shape: Any, chunks: Any) -> dict[str, Any]:
+    """The array document with its shape and chunk shape (the keys keep their positions)."""
+    document = dict(document)
+    document["shape"] = shape
     if zarr_format == 3:
         document["chunk_grid"] = {
             **document["chunk_grid"],
-            "configuration": {**document["chunk_grid"]["configuration"], "chunk_shape": list(chunks)},
+            "configuration": {**document["chunk_grid"]["configuration"], "chunk_shape": chunks},
         }
     else:
-        document["chunks"] = list(chunks)
-    return _ArrayTemplate(document, None)
+        document["chunks"] = chunks
+    return document
+
+
+def _open_template(document: dict[str, Any], zarr_format: ZarrFormat) -> JsonTemplate:
+    """The document serialised with its shape, chunk shape and (v3) attributes open."""
+    hole = JsonTemplate.hole
+    opened = _filled(document, zarr_format, hole("shape"), hole("chunks"))
+    if zarr_format == 3:
+        opened["attributes"] = hole("attributes")  # keeps the key's position
+    return JsonTemplate(opened, zarr.config.get("json_indent"))
 
 
 def _serialised(document: dict[str, Any]) -> bytes:
     """A metadata document as zarr-python 3 serialises it (``json.dumps`` with its indent)."""
     return json.dumps(document, allow_nan=True, indent=zarr.config.get("json_indent")).encode()
+
+
+def _rendered(template: _ArrayTemplate, document: dict[str, Any], values: dict[str, Any]) -> bytes:
+    """:func:`_serialised` of ``document``, the filled ``template``, from its open text when
+    the indent is still the one it was made with."""
+    text = template.text
+    if text is None or text.indent != zarr.config.get("json_indent"):
+        return _serialised(document)
+    return text.render(values)
 
 
 def array_metadata_records(
@@ -388,10 +416,11 @@ def array_metadata_records(
         raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
     template = _array_template(zarr_format, shape, dtype, chunks, blosc, fill_value, dimension_names)
     attributes = dict(attributes or {})
+    values = {"shape": shape, "chunks": chunks, "attributes": attributes}
     if zarr_format == 3:
         document = {**template.document, "attributes": attributes}  # keeps the key's position
-        return {"zarr.json": _serialised(document)}, document
-    zarray = template.zarray if template.zarray is not None else _serialised(template.document)
+        return {"zarr.json": _rendered(template, document, values)}, document
+    zarray = template.zarray if template.zarray is not None else _rendered(template, template.document, values)
     records = {".zarray": zarray, ".zattrs": _serialised(attributes)}
     return records, {**template.document, "attributes": attributes}
 
