@@ -104,6 +104,19 @@ def test_invalid_keys_are_rejected_with_the_archive_named(key: str) -> None:
         validate_key(key, "arch")
 
 
+@settings(max_examples=1000, deadline=None)
+@given(key=st.text(alphabet="/.\\\0ab", max_size=8))
+def test_keys_are_valid_exactly_when_every_component_is_a_name(key: str) -> None:
+    # The rules: a relative path of names (no empty, "." or ".." component), no NUL, no
+    # backslash.
+    valid = bool(key) and "\0" not in key and "\\" not in key and not {"", ".", ".."} & set(key.split("/"))
+    if valid:
+        assert validate_key(key, "arch") == key
+    else:
+        with pytest.raises(InvalidKeyError, match="^arch: record key"):
+            validate_key(key, "arch")
+
+
 def test_non_string_keys_are_rejected() -> None:
     with pytest.raises(InvalidKeyError, match="strings"):
         validate_key(b"a", "arch")
