@@ -324,9 +324,9 @@ def _copy_records(
         # Adjacent records read together.
         batches = _grouped(scan_records(archive, keys))
     elif folder is not None:
-        files = sorted(item for item in _files(folder) if not Store.is_consolidated_metadata_key(item[0]))
-        total = len(files)
-        batches = _folder_batches(folder, files, workers)
+        keys = sorted(key for key in _files(folder) if not Store.is_consolidated_metadata_key(key))
+        total = len(keys)
+        batches = _folder_batches(folder, keys, workers)
     else:
         keys = sorted(key for key in source.record_keys() if not Store.is_consolidated_metadata_key(key))
         total = len(keys)
@@ -365,9 +365,10 @@ def _grouped(
             yield batch
 
 
-def _files(folder: Path) -> Iterator[tuple[str, int]]:
-    """The files below ``folder`` as ``/``-separated keys (what zarr-python lists there)
-    with their sizes. Links to folders are not followed (as :func:`os.walk`)."""
+def _files(folder: Path) -> Iterator[str]:
+    """The files below ``folder``, as ``/``-separated keys (what zarr-python lists there).
+    Links to folders are not followed (as :func:`os.walk`); no file is stat'ed (a system
+    call costs microseconds: the sizes are taken on worker threads, see :func:`_sized`)."""
     pending = [("", os.fspath(folder))]
     while pending:
         prefix, directory = pending.pop()
@@ -377,10 +378,26 @@ def _files(folder: Path) -> Iterator[tuple[str, int]]:
                     if not entry.is_symlink():
                         pending.append((f"{prefix}{entry.name}/", entry.path))
                 else:
-                    yield prefix + entry.name, entry.stat().st_size
+                    yield prefix + entry.name
 
 
-def _batches(files: Sequence[tuple[str, int]]) -> Iterator[list[tuple[str, int]]]:
+#: Files stat'ed by one worker task while listing sizes.
+_STAT_CHUNK = 1024
+
+
+def _sized(root: str, keys: Sequence[str], pool: ThreadPoolExecutor) -> Generator[tuple[str, int], None, None]:
+    """``(key, size)`` of the files ``root + key``, in order, stat'ed ahead on ``pool``."""
+
+    def sizes(start: int) -> list[int]:
+        return [os.stat(root + key).st_size for key in keys[start : start + _STAT_CHUNK]]
+
+    starts = range(0, len(keys), _STAT_CHUNK)
+    with closing(ordered_map(pool, sizes, starts, max_items=4, max_bytes=1, size=lambda _: 0)) as chunks:
+        for start, chunk in chunks:
+            yield from zip(keys[start : start + _STAT_CHUNK], chunk, strict=True)
+
+
+def _batches(files: Iterator[tuple[str, int]]) -> Iterator[list[tuple[str, int]]]:
     """``files`` in order, in consecutive batches of up to :data:`_BATCH_FILES` files and
     :data:`_BATCH_BYTES` bytes (a larger file alone)."""
     batch: list[tuple[str, int]] = []
@@ -398,15 +415,16 @@ def _batches(files: Sequence[tuple[str, int]]) -> Iterator[list[tuple[str, int]]
 def _read_file(path: str, size: int) -> bytes:
     """The bytes of the file ``path``, listed with ``size`` bytes (read to its end all the
     same). A plain ``os.read``: through zarr-python's store, a file costs several times its
-    read, and ``open()`` adds a file object and an ``fstat``. Errors name ``path``."""
+    read, and ``open()`` adds a file object and system calls. Errors name ``path``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            # One byte more than listed: the next read, empty, confirms the end (a file that
-            # grew since, or a short read, continues).
+            # A byte more than listed: the usual answer, exactly the size listed, is the whole
+            # file. Otherwise (it changed since, or a short read) read on to its end.
             parts = [os.read(fd, size + 1)]
-            while parts[-1]:
-                parts.append(os.read(fd, max(size, 1 << 20)))
+            if len(parts[0]) != size:
+                while parts[-1]:
+                    parts.append(os.read(fd, max(size, 1 << 20)))
         finally:
             os.close(fd)
     except OSError as error:
@@ -417,21 +435,26 @@ def _read_file(path: str, size: int) -> bytes:
     return parts[0] if len(parts) <= 2 else b"".join(parts)
 
 
-def _folder_batches(
-    folder: Path, files: Sequence[tuple[str, int]], workers: int
-) -> Generator[list[tuple[str, bytes]], None, None]:
+def _folder_batches(folder: Path, keys: Sequence[str], workers: int) -> Generator[list[tuple[str, bytes]], None, None]:
     """The files of a zarr directory, in order, in batches read ahead on threads (a task per
-    batch; read-ahead bounded in bytes)."""
+    batch; read-ahead bounded in bytes by the sizes stat'ed, also on the threads)."""
     root = os.path.join(folder, "")
 
     def read(batch: list[tuple[str, int]]) -> list[tuple[str, bytes]]:
         return [(key, _read_file(root + key, size)) for key, size in batch]
 
-    with ThreadPoolExecutor(workers) as pool:
-        for _, records in ordered_map(
-            pool, read, _batches(files), max_items=4 * workers, max_bytes=_MAX_BYTES_IN_FLIGHT,
-            size=lambda batch: sum(size for _, size in batch),
-        ):  # fmt: skip
+    # Tasks never wait for each other: stat'ing and reading share the threads.
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        closing(_sized(root, keys, pool)) as sized,
+        closing(
+            ordered_map(
+                pool, read, _batches(sized), max_items=4 * workers, max_bytes=_MAX_BYTES_IN_FLIGHT,
+                size=lambda batch: sum(size for _, size in batch),
+            )
+        ) as batches,
+    ):  # fmt: skip
+        for _, records in batches:
             yield records
 
 
