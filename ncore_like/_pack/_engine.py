@@ -324,7 +324,8 @@ def _copy_records(
         # Adjacent records read together.
         batches = _grouped(scan_records(archive, keys))
     elif folder is not None:
-        keys = sorted(key for key in _files(folder) if not Store.is_consolidated_metadata_key(key))
+        # Consolidated metadata keys name files at the top: the chunks below need no test.
+        keys = sorted(key for key in _files(folder) if "/" in key or not Store.is_consolidated_metadata_key(key))
         total = len(keys)
         batches = _folder_batches(folder, keys, workers)
     else:
@@ -397,19 +398,19 @@ def _sized(root: str, keys: Sequence[str], pool: ThreadPoolExecutor) -> Generato
             yield from zip(keys[start : start + _STAT_CHUNK], chunk, strict=True)
 
 
-def _batches(files: Iterator[tuple[str, int]]) -> Iterator[list[tuple[str, int]]]:
+def _batches(files: Iterator[tuple[str, int]]) -> Iterator[tuple[list[tuple[str, int]], int]]:
     """``files`` in order, in consecutive batches of up to :data:`_BATCH_FILES` files and
-    :data:`_BATCH_BYTES` bytes (a larger file alone)."""
+    :data:`_BATCH_BYTES` bytes (a larger file alone), with their bytes."""
     batch: list[tuple[str, int]] = []
     nbytes = 0
     for key, size in files:
         if batch and (len(batch) >= _BATCH_FILES or nbytes + size > _BATCH_BYTES):
-            yield batch
+            yield batch, nbytes
             batch, nbytes = [], 0
         batch.append((key, size))
         nbytes += size
     if batch:
-        yield batch
+        yield batch, nbytes
 
 
 def _read_file(path: str, size: int) -> bytes:
@@ -440,8 +441,8 @@ def _folder_batches(folder: Path, keys: Sequence[str], workers: int) -> Generato
     batch; read-ahead bounded in bytes by the sizes stat'ed, also on the threads)."""
     root = os.path.join(folder, "")
 
-    def read(batch: list[tuple[str, int]]) -> list[tuple[str, bytes]]:
-        return [(key, _read_file(root + key, size)) for key, size in batch]
+    def read(batch: tuple[list[tuple[str, int]], int]) -> list[tuple[str, bytes]]:
+        return [(key, _read_file(root + key, size)) for key, size in batch[0]]
 
     # Tasks never wait for each other: stat'ing and reading share the threads.
     with (
@@ -450,7 +451,7 @@ def _folder_batches(folder: Path, keys: Sequence[str], workers: int) -> Generato
         closing(
             ordered_map(
                 pool, read, _batches(sized), max_items=4 * workers, max_bytes=_MAX_BYTES_IN_FLIGHT,
-                size=lambda batch: sum(size for _, size in batch),
+                size=lambda batch: batch[1],
             )
         ) as batches,
     ):  # fmt: skip
