@@ -9,7 +9,7 @@ import contextlib
 import errno
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, replace
@@ -313,54 +313,153 @@ def _copy_records(
 ) -> None:  # fmt: skip
     """Copies every record verbatim (each array keeps its codecs, chunks and bytes); the
     consolidated metadata is regenerated from the node metadata records, never copied.
-    ``folder``: the source is this zarr directory, whose files are read directly."""
+    ``folder``: the source is this zarr directory, whose files are read directly. Records
+    are written in batches (one :meth:`~ncore_like.IndexedTarArchive.write_many` each: a
+    lock and a pass per batch, not per record)."""
+    batches: Generator[list[tuple[str, bytes]], None, None]
     if isinstance(source, IndexedTarZarrStore):
         archive = source.archive
         keys = [key for key in archive.keys() if not Store.is_consolidated_metadata_key(key)]
         total = sum(archive.records[key].size for key in keys)
-        reads: Iterator[tuple[str, bytes]] = scan_records(archive, keys)  # adjacent records read together
+        # Adjacent records read together.
+        batches = _grouped(scan_records(archive, keys))
     elif folder is not None:
-        keys = sorted(key for key in _files(folder) if not Store.is_consolidated_metadata_key(key))
+        # Consolidated metadata keys name files at the top: the chunks below need no test.
+        keys = sorted(key for key in _files(folder) if "/" in key or not Store.is_consolidated_metadata_key(key))
         total = len(keys)
-        reads = _folder_records(folder, keys, workers)
+        batches = _folder_batches(folder, keys, workers)
     else:
         keys = sorted(key for key in source.record_keys() if not Store.is_consolidated_metadata_key(key))
         total = len(keys)
-        reads = _store_records(source, keys, workers)
+        batches = _grouped(_store_records(source, keys, workers))
     in_bytes = isinstance(source, IndexedTarZarrStore)
-    with closing(reads):  # type: ignore[type-var]
-        for key, data in reads:
-            dest.archive[key] = data
-            progress("copy", len(data) if in_bytes else 1, total)
+    write_many = dest.archive.write_many
+    with closing(batches):
+        for batch in batches:
+            write_many(batch)
+            progress("copy", sum(len(data) for _, data in batch) if in_bytes else len(batch), total)
     if consolidate and has_hierarchy(dest.archive):
         dest.consolidate()
 
 
+#: Files read by one worker task, at most (small chunks: a task per file costs more than
+#: reading one), and their bytes; a larger file is a task of its own.
+_BATCH_FILES = 128
+_BATCH_BYTES = 1 << 20
+
+
+def _grouped(
+    records: Generator[tuple[str, bytes], None, None], max_items: int = _BATCH_FILES, max_bytes: int = _BATCH_BYTES
+) -> Generator[list[tuple[str, bytes]], None, None]:
+    """``records`` in consecutive lists of up to ``max_items`` records and about
+    ``max_bytes`` (a record is never held back past a larger one: memory stays bounded)."""
+    with closing(records):
+        batch: list[tuple[str, bytes]] = []
+        nbytes = 0
+        for record in records:
+            batch.append(record)
+            nbytes += len(record[1])
+            if len(batch) >= max_items or nbytes >= max_bytes:
+                yield batch
+                batch, nbytes = [], 0
+        if batch:
+            yield batch
+
+
 def _files(folder: Path) -> Iterator[str]:
-    """The files below ``folder``, as ``/``-separated keys (what zarr-python lists there)."""
-    for parent, _, names in os.walk(folder):
-        relative = os.path.relpath(parent, folder)
-        prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
-        for name in names:
-            yield prefix + name
+    """The files below ``folder``, as ``/``-separated keys (what zarr-python lists there).
+    Links to folders are not followed (as :func:`os.walk`); no file is stat'ed (a system
+    call costs microseconds: the sizes are taken on worker threads, see :func:`_sized`)."""
+    pending = [("", os.fspath(folder))]
+    while pending:
+        prefix, directory = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    if not entry.is_symlink():
+                        pending.append((f"{prefix}{entry.name}/", entry.path))
+                else:
+                    yield prefix + entry.name
 
 
-def _folder_records(folder: Path, keys: list[str], workers: int) -> Iterator[tuple[str, bytes]]:
-    """The files of a zarr directory, read ahead on threads, in order: a plain read each
-    (through zarr-python's store, a file costs several times its read: most of the time of
-    many small chunks)."""
-
-    def read(key: str) -> bytes:
-        with open(folder / key, "rb") as file:
-            return file.read()
-
-    with ThreadPoolExecutor(workers) as pool:
-        yield from ordered_map(
-            pool, read, keys, max_items=64 * workers, max_bytes=_MAX_BYTES_IN_FLIGHT, size=lambda _: 0
-        )
+#: Files stat'ed by one worker task while listing sizes.
+_STAT_CHUNK = 1024
 
 
-def _store_records(source: Store, keys: list[str], workers: int) -> Iterator[tuple[str, bytes]]:
+def _sized(root: str, keys: Sequence[str], pool: ThreadPoolExecutor) -> Generator[tuple[str, int], None, None]:
+    """``(key, size)`` of the files ``root + key``, in order, stat'ed ahead on ``pool``."""
+
+    def sizes(start: int) -> list[int]:
+        return [os.stat(root + key).st_size for key in keys[start : start + _STAT_CHUNK]]
+
+    starts = range(0, len(keys), _STAT_CHUNK)
+    with closing(ordered_map(pool, sizes, starts, max_items=4, max_bytes=1, size=lambda _: 0)) as chunks:
+        for start, chunk in chunks:
+            yield from zip(keys[start : start + _STAT_CHUNK], chunk, strict=True)
+
+
+def _batches(files: Iterator[tuple[str, int]]) -> Iterator[tuple[list[tuple[str, int]], int]]:
+    """``files`` in order, in consecutive batches of up to :data:`_BATCH_FILES` files and
+    :data:`_BATCH_BYTES` bytes (a larger file alone), with their bytes."""
+    batch: list[tuple[str, int]] = []
+    nbytes = 0
+    for key, size in files:
+        if batch and (len(batch) >= _BATCH_FILES or nbytes + size > _BATCH_BYTES):
+            yield batch, nbytes
+            batch, nbytes = [], 0
+        batch.append((key, size))
+        nbytes += size
+    if batch:
+        yield batch, nbytes
+
+
+def _read_file(path: str, size: int) -> bytes:
+    """The bytes of the file ``path``, listed with ``size`` bytes (read to its end all the
+    same). A plain ``os.read``: through zarr-python's store, a file costs several times its
+    read, and ``open()`` adds a file object and system calls. Errors name ``path``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            # A byte more than listed: the usual answer, exactly the size listed, is the whole
+            # file. Otherwise (it changed since, or a short read) read on to its end.
+            parts = [os.read(fd, size + 1)]
+            if len(parts[0]) != size:
+                while parts[-1]:
+                    parts.append(os.read(fd, max(size, 1 << 20)))
+        finally:
+            os.close(fd)
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        # e.g. a folder where the listing saw a file: the read's error has no name.
+        raise OSError(error.errno, error.strerror, path) from error
+    return parts[0] if len(parts) <= 2 else b"".join(parts)
+
+
+def _folder_batches(folder: Path, keys: Sequence[str], workers: int) -> Generator[list[tuple[str, bytes]], None, None]:
+    """The files of a zarr directory, in order, in batches read ahead on threads (a task per
+    batch; read-ahead bounded in bytes by the sizes stat'ed, also on the threads)."""
+    root = os.path.join(folder, "")
+
+    def read(batch: tuple[list[tuple[str, int]], int]) -> list[tuple[str, bytes]]:
+        return [(key, _read_file(root + key, size)) for key, size in batch[0]]
+
+    # Tasks never wait for each other: stat'ing and reading share the threads.
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        closing(_sized(root, keys, pool)) as sized,
+        closing(
+            ordered_map(
+                pool, read, _batches(sized), max_items=4 * workers, max_bytes=_MAX_BYTES_IN_FLIGHT,
+                size=lambda batch: batch[1],
+            )
+        ) as batches,
+    ):  # fmt: skip
+        for _, records in batches:
+            yield records
+
+
+def _store_records(source: Store, keys: list[str], workers: int) -> Generator[tuple[str, bytes], None, None]:
     """The records of a zarr-python store, read ahead on threads, in order."""
     with ThreadPoolExecutor(workers) as pool:
         yield from ordered_map(
@@ -565,8 +664,7 @@ def _reencode(
             parent, node = groups[step.parent], step.node
             attributes = dict(node.attributes)
             if isinstance(payload, _Records):
-                for key, data in payload.records:
-                    dest.archive[key] = data
+                dest.archive.write_many(payload.records)
             elif isinstance(payload, _Elements):
                 group = groups[node.path] = parent.create_group(node.name, attributes=attributes)
                 _store_blobs(group, node.path, payload.elements)
