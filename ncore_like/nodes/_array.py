@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
@@ -18,11 +18,12 @@ from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._documents import blob_layout, codecs_of, describe_codecs, dimension_names_of
 from ..store._metadata import ArrayView
 from ._compression import BloscCompression
-from ._encoding import encode_chunks
+from ._encoding import Record, encode_chunk_batches, encode_chunks
 from ._node import Node
 
 if TYPE_CHECKING:
     from .._compat import ZarrArray
+    from ..archive._writer import PackedRecords
 
     _ArrayNode = Node[ZarrArray]
 else:
@@ -40,6 +41,9 @@ _SELECTION_ERRORS = (IndexError, TypeError)
 #: (large records go alone: batching only saves per-record Python work).
 _WRITE_BATCH_BYTES = 256 << 10
 _WRITE_BATCH_RECORDS = 512
+#: Raw bytes of the small chunks packed into one batch of tar members for an archive (see
+#: _write_new_chunks; the packed batch, written in one piece, is about as large).
+_PACK_BATCH_BYTES = 256 << 10
 
 
 def _named(error: BaseException, where: str) -> BaseException:
@@ -442,16 +446,38 @@ class Array(_ArrayNode):
         view = self._view
         return view.chunk_key(coords) if view is not None else _compat.chunk_key(self.zarr, coords)  # type: ignore[union-attr]
 
-    def _write_new_chunks(self, records: Iterable[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
-        """Stores the chunk records of a new array as they come, small ones in batches (an
-        archive writes a batch under one lock in one pass: ~half the Python work of a
-        record written alone)."""
+    def _write_new_chunks(
+        self,
+        values: NDArray,
+        chunks: tuple[int, ...],
+        fill_value: Any,
+        compression: BloscCompression | None,
+    ) -> None:
+        """Stores the chunk records of a new array as they are encoded (records of
+        uncompressed chunks straight from ``values``: they are written before this
+        returns). Small chunks go in batches; into an archive, each batch is laid out as
+        its tar members by the thread that encoded it (see :func:`pack_records`), so that
+        writing it takes a few calls, not a dozen per record."""
         store = self._record_store()
-        key = self._chunk_key
-        batch: list[tuple[str, bytes | memoryview]] = []
+        chunk_bytes = math.prod(chunks) * values.dtype.itemsize
+        if is_itar_zarr_store(store) and chunk_bytes < _WRITE_BATCH_BYTES:
+            from ..archive._writer import pack_records  # writers only
+
+            key = self._chunk_key
+            checksums = store.archive.has_checksums
+
+            def pack(coords: list[tuple[int, ...]], records: list[Record]) -> PackedRecords:
+                return pack_records(list(map(key, coords)), records, checksums=checksums)
+
+            for packed in encode_chunk_batches(
+                values, chunks, fill_value, compression, pack, copy=False, batch_bytes=_PACK_BATCH_BYTES
+            ):
+                _compat.write_records(store, packed)
+            return
+        batch: list[tuple[str, Record]] = []
         size = 0
-        for coords, record in records:
-            batch.append((key(coords), record))
+        for coords, record in encode_chunks(values, chunks, fill_value, compression, copy=False):
+            batch.append((self._chunk_key(coords), record))
             size += len(record)
             if size >= _WRITE_BATCH_BYTES or len(batch) >= _WRITE_BATCH_RECORDS:
                 _compat.write_records(store, batch)
