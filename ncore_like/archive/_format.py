@@ -48,6 +48,7 @@ __all__ = [
     "encode_index",
     "foreign_file",
     "has_index_magic",
+    "has_node_metadata_key",
     "header_checksum",
     "is_node_metadata_key",
     "member_header",
@@ -88,6 +89,13 @@ def is_node_metadata_key(key: str) -> bool:
     """True for keys of node metadata records (zarr group/array metadata, attributes and
     consolidated metadata of both zarr formats)."""
     return key.rpartition("/")[2] in NODE_METADATA_NAMES
+
+
+def has_node_metadata_key(keys: Sequence[str]) -> bool:
+    """``any(map(is_node_metadata_key, keys))``, for a batch: a search per name of
+    :data:`NODE_METADATA_NAMES` over the keys joined, each after a ``/`` and before a NUL."""
+    joined = "/" + "\0/".join(keys) + "\0"
+    return any(f"/{name}\0" in joined for name in NODE_METADATA_NAMES)
 
 
 def validate_key(key: object, archive: str) -> str:
@@ -254,7 +262,9 @@ def member_headers(keys: Sequence[str], sizes: Sequence[int], crcs: Sequence[int
     blocks[:, 154] = 0
     blocks[:, 155] = ord(" ")
     data = blocks.tobytes()
-    return [data[start : start + BLOCK_SIZE] for start in range(0, len(data), BLOCK_SIZE)]
+    return list(
+        map(data.__getitem__, map(slice, range(0, len(data), BLOCK_SIZE), range(BLOCK_SIZE, len(data) + 1, BLOCK_SIZE)))
+    )
 
 
 def header_checksum(block: bytes | memoryview) -> int | None:

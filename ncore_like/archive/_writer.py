@@ -50,7 +50,7 @@ from typing import Any, Protocol, overload
 
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
-from ._format import BLOCK_SIZE, is_node_metadata_key, member_header, member_headers, padding, tar_end
+from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
 from ._location import Location
 from ._sources import remote_errors, remote_failure
 from ._table import encode_index_tail
@@ -509,7 +509,7 @@ class PackedRecords(Sequence[tuple[str, memoryview]]):
         self.crcs = crcs
         """The payloads' CRC32C (in their headers), None if packed without checksums."""
         self.checksums = crcs is not None
-        self.has_node_metadata = any(map(is_node_metadata_key, keys))
+        self.has_node_metadata = has_node_metadata_key(keys)
         """True if a key is node metadata's (which archives hold until they close)."""
 
     def __len__(self) -> int:
@@ -538,7 +538,7 @@ def pack_records(keys: list[str], payloads: Sequence[_Buffer], *, checksums: boo
     parts: list[_Buffer] = [b""] * (3 * len(keys))
     parts[0::3] = member_headers(keys, sizes, crcs)
     parts[1::3] = payloads
-    parts[2::3] = [_PADDINGS[-size % BLOCK_SIZE] for size in sizes]
+    parts[2::3] = map(_PADDINGS.__getitem__, map(BLOCK_SIZE.__rmod__, map(int.__neg__, sizes)))
     # A payload starts where its header ends: at every third of the parts' running ends.
     ends = list(itertools.accumulate(map(len, parts)))
     return PackedRecords(keys, b"".join(parts), ends[0::3], sizes, crcs)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
@@ -15,7 +15,7 @@ from ..backend import ArrayState, Backend, is_blob as backend_is_blob
 from ..backend._selection import canonical, expanded, is_basic
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
-from ..store._documents import blob_layout, codecs_of, describe_codecs, dimension_names_of
+from ..store._documents import ChunkKeys, blob_layout, codecs_of, describe_codecs, dimension_names_of
 from ..store._metadata import ArrayView
 from ._compression import BloscCompression
 from ._encoding import Record, encode_chunk_batches, encode_chunks
@@ -43,7 +43,7 @@ _WRITE_BATCH_BYTES = 256 << 10
 _WRITE_BATCH_RECORDS = 512
 #: Raw bytes of the small chunks packed into one batch of tar members for an archive (see
 #: _write_new_chunks; the packed batch, written in one piece, is about as large).
-_PACK_BATCH_BYTES = 256 << 10
+_PACK_BATCH_BYTES = 1 << 20
 
 
 def _named(error: BaseException, where: str) -> BaseException:
@@ -463,11 +463,11 @@ class Array(_ArrayNode):
         if is_itar_zarr_store(store) and chunk_bytes < _WRITE_BATCH_BYTES:
             from ..archive._writer import pack_records  # writers only
 
-            key = self._chunk_key
             checksums = store.archive.has_checksums
+            keys = self._batch_keys(values.shape, chunks)
 
             def pack(coords: list[tuple[int, ...]], records: list[Record]) -> PackedRecords:
-                return pack_records(list(map(key, coords)), records, checksums=checksums)
+                return pack_records(keys(coords), records, checksums=checksums)
 
             for packed in encode_chunk_batches(
                 values, chunks, fill_value, compression, pack, copy=False, batch_bytes=_PACK_BATCH_BYTES
@@ -484,6 +484,24 @@ class Array(_ArrayNode):
                 batch, size = [], 0
         if batch:
             _compat.write_records(store, batch)
+
+    def _batch_keys(
+        self, shape: tuple[int, ...], chunks: tuple[int, ...]
+    ) -> Callable[[list[tuple[int, ...]]], list[str]]:
+        """The keys of a batch of chunks in C order: where the chunk grid has one chunk across
+        every dimension but the first, a run of first-axis indices (~4x faster than a key
+        made from each chunk's coordinates)."""
+        view = self._view
+        chunk_key = view.chunk_key if isinstance(view, ArrayView) else None
+        if (
+            isinstance(chunk_key, ChunkKeys)
+            and shape
+            and all(size <= chunk for size, chunk in zip(shape[1:], chunks[1:], strict=True))
+        ):
+            row_key = chunk_key.first_axis(len(shape))
+            return lambda coords: list(map(row_key, range(coords[0][0], coords[-1][0] + 1)))
+        key = self._chunk_key
+        return lambda coords: list(map(key, coords))
 
     def _write_chunk_records(self, records: Sequence[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
         """Stores chunk records; in an archive, chunks written already are found before

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from .. import _compat
 from .._codecs import blosc_compress
-from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
+from .._concurrency import default_workers, in_worker_thread, ordered_map, worker_pool
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES
 from ._compression import BloscCompression
 
@@ -191,7 +191,9 @@ def encode_chunk_batches(
         worker_pool(),
         encode,
         batches,
-        max_items=2 * worker_threads(),
+        # A batch per core, and one encoded while the consumer writes: more threads than
+        # cores would only take turns at the GIL between their Blosc calls.
+        max_items=default_workers() + 1,
         max_bytes=ENCODE_AHEAD_BYTES,
         size=lambda batch: chunk_bytes * len(batch),
     )
@@ -222,18 +224,15 @@ def _row_records(
     rows = chunks[0]
     step = raw.size // len(values) * rows if len(values) else 0  # bytes a chunk
     whole = len(values) // rows  # chunks without padding
+    c = compression
+    settings = None if c is None else (c.cname, c.clevel, c.shuffle_id, c.blocksize, values.dtype.itemsize)
 
     def records(batch: list[Coords]) -> list[Record]:
         first, stop = batch[0][0], batch[-1][0] + 1
         last = min(stop, whole)
         starts = range(first * step, last * step, step)
-        if compression is not None:
-            c = compression
-            itemsize = values.dtype.itemsize
-            out: list[Record] = [
-                blosc_compress(raw[start : start + step], c.cname, c.clevel, c.shuffle_id, c.blocksize, itemsize)
-                for start in starts
-            ]
+        if settings is not None:
+            out: list[Record] = [blosc_compress(raw[start : start + step], *settings) for start in starts]
         elif copy:
             out = [raw[start : start + step].tobytes() for start in starts]
         else:
