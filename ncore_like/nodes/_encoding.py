@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _compat
-from .._codecs import blosc_compress
+from .._codecs import blosc_compress, blosc_compressor
 from .._concurrency import default_workers, in_worker_thread, ordered_map, worker_pool
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES
 from ._compression import BloscCompression
@@ -171,7 +171,7 @@ def encode_chunk_batches(
     chunk_bytes = math.prod(chunks) * values.dtype.itemsize
     per_task = max(1, batch_bytes // max(1, chunk_bytes))
     batches = _batches(itertools.product(*map(range, grid)), per_task)
-    if values.ndim and chunks[1:] == shape[1:] and values.flags.c_contiguous:
+    if values.ndim and values.dtype.itemsize and chunks[1:] == shape[1:] and values.flags.c_contiguous:
         records_of = _row_records(values, chunks, fill_value, compression, copy)
     else:
 
@@ -225,14 +225,16 @@ def _row_records(
     step = raw.size // len(values) * rows if len(values) else 0  # bytes a chunk
     whole = len(values) // rows  # chunks without padding
     c = compression
-    settings = None if c is None else (c.cname, c.clevel, c.shuffle_id, c.blocksize, values.dtype.itemsize)
+    compress = (
+        None if c is None else blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, values.dtype.itemsize)
+    )
 
     def records(batch: list[Coords]) -> list[Record]:
         first, stop = batch[0][0], batch[-1][0] + 1
         last = min(stop, whole)
-        starts = range(first * step, last * step, step)
-        if settings is not None:
-            out: list[Record] = [blosc_compress(raw[start : start + step], *settings) for start in starts]
+        starts, ends = range(first * step, last * step, step), range((first + 1) * step, (last + 1) * step, step)
+        if compress is not None:
+            out: list[Record] = list(map(compress, map(raw.__getitem__, map(slice, starts, ends))))
         elif copy:
             out = [raw[start : start + step].tobytes() for start in starts]
         else:
