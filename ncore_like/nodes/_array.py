@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from .. import _compat
+from .._defaults import PACKED_BATCH_BYTES
 from ..archive import IndexedTarArchive
 from ..backend import ArrayState, Backend, is_blob as backend_is_blob
 from ..backend._selection import canonical, expanded, is_basic
@@ -41,9 +43,8 @@ _SELECTION_ERRORS = (IndexError, TypeError)
 #: (large records go alone: batching only saves per-record Python work).
 _WRITE_BATCH_BYTES = 256 << 10
 _WRITE_BATCH_RECORDS = 512
-#: Raw bytes of the small chunks packed into one batch of tar members for an archive (see
-#: _write_new_chunks; the packed batch, written in one piece, is about as large).
-_PACK_BATCH_BYTES = 1 << 20
+#: Raw bytes of the small chunks packed into one batch of tar members for an archive.
+_PACK_BATCH_BYTES = PACKED_BATCH_BYTES
 
 
 def _named(error: BaseException, where: str) -> BaseException:
@@ -469,10 +470,12 @@ class Array(_ArrayNode):
             def pack(coords: list[tuple[int, ...]], records: list[Record]) -> PackedRecords:
                 return pack_records(keys(coords), records, checksums=checksums)
 
-            for packed in encode_chunk_batches(
+            batches = encode_chunk_batches(
                 values, chunks, fill_value, compression, pack, copy=False, batch_bytes=_PACK_BATCH_BYTES
-            ):
-                _compat.write_records(store, packed)
+            )
+            with closing(batches):  # a failed write cancels the batches not started
+                for packed in batches:
+                    _compat.write_records(store, packed)
             return
         batch: list[tuple[str, Record]] = []
         size = 0
