@@ -188,10 +188,13 @@ class WritingArchive(ArchiveBase):
         with self.lock:
             self._check_writable()
             positions = self.table.positions
-            if not positions.keys().isdisjoint(keys) or len(set(keys)) != len(keys):
+            # Taken keys first, then keys given twice, as write_many reports them.
+            if not positions.keys().isdisjoint(keys):
+                raise self._exists_error(next(key for key in keys if key in positions))
+            if len(set(keys)) != len(keys):
                 seen: set[str] = set()
                 for key in keys:
-                    if key in positions or key in seen:
+                    if key in seen:
                         raise self._exists_error(key)
                     seen.add(key)
             start = self._writer.append_packed(packed)
