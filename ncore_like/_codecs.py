@@ -15,6 +15,7 @@ imported first (zarr-python sets the same).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     import numcodecs.blosc as blosc
 
-__all__ = ["blosc", "blosc_compress"]
+__all__ = ["blosc", "blosc_compress", "blosc_compressor"]
 
 _loading = threading.Lock()
 _takes_typesize: bool | None = None
@@ -54,13 +55,26 @@ def blosc_compress(
     raw: np.ndarray[Any, Any], cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int
 ) -> bytes:
     """Blosc of the bytes ``raw`` (a contiguous ``uint8`` array) with elements of ``typesize``
-    bytes. numcodecs before 0.16 (which zarr-python 2 needs) takes the element size from the
-    buffer only: the bytes are handed over as elements of that size then."""
+    bytes."""
+    return blosc_compressor(cname, clevel, shuffle, blocksize, typesize)(raw)
+
+
+def blosc_compressor(
+    cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int
+) -> Callable[[np.ndarray[Any, Any]], bytes]:
+    """:func:`blosc_compress` with these settings, as a function of the bytes alone (many
+    small chunks: the settings are converted once, not per chunk). numcodecs before 0.16
+    (which zarr-python 2 needs) takes the element size from the buffer only: the bytes are
+    handed over as elements of that size then."""
     module: ModuleType = globals().get("blosc") or _load()
+    compress = module.compress
+    name = cname.encode()
     if _takes_typesize:
-        return module.compress(raw, cname.encode(), clevel, shuffle, blocksize, typesize)  # type: ignore[no-any-return]
-    elements = raw.view(np.dtype(f"V{typesize}")) if typesize > 1 else raw
-    return module.compress(elements, cname.encode(), clevel, shuffle, blocksize)  # type: ignore[no-any-return]
+        return lambda raw: compress(raw, name, clevel, shuffle, blocksize, typesize)
+    if typesize > 1:
+        elements = np.dtype(f"V{typesize}")
+        return lambda raw: compress(raw.view(elements), name, clevel, shuffle, blocksize)
+    return lambda raw: compress(raw, name, clevel, shuffle, blocksize)
 
 
 def _check_typesize(module: ModuleType) -> bool:

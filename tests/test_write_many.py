@@ -107,9 +107,10 @@ BATCH_WRITER = textwrap.dedent(
     """
     import resource, signal, sys
     from ncore_like import IndexedTarArchive
+    from ncore_like.archive._writer import pack_records
     from tests.support.killed_writer import key, payload
 
-    path, seed, count, limit = sys.argv[1], *map(int, sys.argv[2:5])
+    path, seed, count, limit, packed = sys.argv[1], *map(int, sys.argv[2:6])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
     items = [(key(index), payload(seed, index)) for index in range(count)]
@@ -118,7 +119,10 @@ BATCH_WRITER = textwrap.dedent(
         for start in range(0, count, 25):
             batch = items[start : start + 25]
             try:
-                archive.write_many(batch)
+                if packed:  # laid out as tar members beforehand, written in one piece
+                    archive.write_many(pack_records([k for k, _ in batch], [p for _, p in batch], checksums=True))
+                else:
+                    archive.write_many(batch)
             except OSError:  # space freed: the records not counted, again
                 failures += 1
                 resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
@@ -130,12 +134,15 @@ BATCH_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize(("seed", "limit"), [(5, 2 << 20), (6, 5_000_001)])
-def test_a_disk_failure_mid_batch_counts_the_records_written_before_it(tmp_path: Path, seed: int, limit: int) -> None:
+def test_a_disk_failure_mid_batch_counts_the_records_written_before_it(
+    tmp_path: Path, seed: int, limit: int, packed: bool
+) -> None:
     path = tmp_path / "batched.itar"
     count = 300
     process = subprocess.run(
-        [sys.executable, "-c", BATCH_WRITER, str(path), str(seed), str(count), str(limit)],
+        [sys.executable, "-c", BATCH_WRITER, str(path), str(seed), str(count), str(limit), str(int(packed))],
         cwd=REPO,
         capture_output=True,
         text=True,

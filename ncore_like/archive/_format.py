@@ -49,14 +49,17 @@ __all__ = [
     "encode_index",
     "foreign_file",
     "has_index_magic",
+    "has_node_metadata_key",
     "header_checksum",
     "is_node_metadata_key",
     "member_header",
+    "member_headers",
     "pack_index_header",
     "padding",
     "tar_end",
     "unpack_index_header",
     "validate_key",
+    "validate_keys",
 ]
 
 # tarfile's BLOCKSIZE and RECORDSIZE (a test checks), without importing tarfile for a reader.
@@ -87,6 +90,13 @@ def is_node_metadata_key(key: str) -> bool:
     """True for keys of node metadata records (zarr group/array metadata, attributes and
     consolidated metadata of both zarr formats)."""
     return key.rpartition("/")[2] in NODE_METADATA_NAMES
+
+
+def has_node_metadata_key(keys: Sequence[str]) -> bool:
+    """``any(map(is_node_metadata_key, keys))``, for a batch: a search per name of
+    :data:`NODE_METADATA_NAMES` over the keys joined, each after a ``/`` and before a NUL."""
+    joined = "/" + "\0/".join(keys) + "\0"
+    return any(f"/{name}\0" in joined for name in NODE_METADATA_NAMES)
 
 
 def validate_key(key: object, archive: str) -> str:
@@ -125,6 +135,24 @@ def validate_key(key: object, archive: str) -> str:
     if "" in parts or "." in parts:
         raise InvalidKeyError(f"record key {key!r} contains an empty or '.' component", archive=archive)
     return key
+
+
+#: What a key that :func:`validate_key` refuses shows among keys each preceded and followed
+#: by a NUL: an empty key or component, an absolute key, a "." or ".." component, a backslash.
+_BAD_KEY_MARKS = ("\0\0", "\0/", "/\0", "//", "\\", "/./", "/../", "\0./", "/.\0", "\0.\0", "\0../", "/..\0", "\0..\0")
+
+
+def validate_keys(keys: Sequence[str], archive: str) -> None:
+    """Raises what :func:`validate_key` raises for the first key of ``keys`` that can't name
+    a record. Checks a batch with a few string searches over the keys joined by NULs (NUL is
+    no key's character: exactly ``len(keys) + 1`` of them then), not a dozen per key; a batch
+    that fails them is checked key by key for the error."""
+    if all(map(str.__instancecheck__, keys)):
+        joined = "\0" + "\0".join(keys) + "\0"
+        if joined.count("\0") == len(keys) + 1 and not any(mark in joined for mark in _BAD_KEY_MARKS):
+            return
+    for key in keys:
+        validate_key(key, archive)
 
 
 def padding(size: int) -> int:
@@ -213,6 +241,50 @@ def member_header(key: str, size: int, crc: int | None = None) -> bytes:
     last = bytearray(header[-BLOCK_SIZE:])
     last[_CHECKSUM_FIELD] = b"%s%08x\0" % (_CHECKSUM_MARK, crc)
     return header[:-BLOCK_SIZE] + _seal(last)
+
+
+def member_headers(keys: Sequence[str], sizes: Sequence[int], crcs: Sequence[int] | None = None) -> list[bytes]:
+    """``member_header(key, size, crc)`` of every record of a batch (``crcs``: one per
+    record, or None). A batch of short ASCII keys is filled into copies of the template by
+    numpy, a few array operations for the whole batch instead of a dozen Python operations
+    a record; other batches (pax headers) are made record by record."""
+    count = len(keys)
+    if count != len(sizes) or (crcs is not None and len(crcs) != count):
+        raise ValueError(f"{count} keys, {len(sizes)} sizes and {'no' if crcs is None else len(crcs)} checksums")
+    joined = "".join(keys)
+    if not count or not joined.isascii() or max(map(len, keys)) > 100 or max(sizes) >= _MAX_USTAR_SIZE:
+        if crcs is None:
+            return [member_header(key, size) for key, size in zip(keys, sizes, strict=True)]
+        return [member_header(key, size, crc) for key, size, crc in zip(keys, sizes, crcs, strict=True)]
+    import numpy as np
+
+    template = _template or _make_template()
+    blocks = np.empty((count, BLOCK_SIZE), np.uint8)
+    blocks[:] = np.frombuffer(template.block, np.uint8)
+    # Names: NUL-padded to 100 bytes (numpy's fixed-size bytes pad them so).
+    names = np.array(keys, dtype="S100").view(np.uint8).reshape(count, 100)
+    blocks[:, :100] = names
+    # Size: 11 octal digits and a NUL.
+    digits = (np.array(sizes, np.int64)[:, None] >> np.arange(30, -1, -3)) & 7
+    blocks[:, 124:135] = digits + ord("0")
+    blocks[:, 135] = 0
+    total = template.fixed_sum + names.sum(1, dtype=np.int64) + blocks[:, 124:136].sum(1, dtype=np.int64)
+    if crcs is not None:
+        # "CRC", 8 lowercase hex digits and a NUL.
+        hex_digits = (np.array(crcs, np.int64)[:, None] >> np.arange(28, -1, -4)) & 15
+        field = blocks[:, _CHECKSUM_FIELD]
+        field[:, :3] = np.frombuffer(_CHECKSUM_MARK, np.uint8)
+        field[:, 3:11] = np.frombuffer(b"0123456789abcdef", np.uint8)[hex_digits]
+        field[:, 11] = 0
+        total += field.sum(1, dtype=np.int64)
+    # The tar checksum (at most 512 * 255, six octal digits), a NUL and a space.
+    blocks[:, 148:154] = ((total[:, None] >> np.arange(15, -1, -3)) & 7) + ord("0")
+    blocks[:, 154] = 0
+    blocks[:, 155] = ord(" ")
+    data = blocks.tobytes()
+    return list(
+        map(data.__getitem__, map(slice, range(0, len(data), BLOCK_SIZE), range(BLOCK_SIZE, len(data) + 1, BLOCK_SIZE)))
+    )
 
 
 def header_checksum(block: bytes | memoryview) -> int | None:

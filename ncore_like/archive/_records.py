@@ -90,6 +90,16 @@ class RecordTable:
         self.offsets.append(offset)  # type: ignore[attr-defined]
         self.sizes.append(size)  # type: ignore[attr-defined]
 
+    def extend(self, keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int]) -> None:
+        """:meth:`append` of every record of a batch, in order (a few calls for the batch)."""
+        table_keys, positions = self.keys, self.positions
+        assert isinstance(table_keys, list) and isinstance(positions, dict)
+        start = len(table_keys)
+        positions.update(zip(keys, range(start, start + len(keys)), strict=True))
+        table_keys += keys
+        self.offsets += offsets  # type: ignore[operator]
+        self.sizes += sizes  # type: ignore[operator]
+
     def live(self) -> tuple[Sequence[str], Sequence[int], Sequence[int], Sequence[int] | None]:
         """The lists without records superseded by a newer version (node metadata records
         changed after a flush)."""

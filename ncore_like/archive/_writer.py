@@ -41,15 +41,16 @@ import atexit
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import shlex
 import weakref
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
-from ._format import BLOCK_SIZE, member_header, padding, tar_end
+from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
 from ._location import Location
 from ._sources import remote_errors, remote_failure
 from ._table import encode_index_tail
@@ -57,9 +58,11 @@ from ._table import encode_index_tail
 __all__ = [
     "PARTIAL_SUFFIX",
     "ArchiveWriter",
+    "PackedRecords",
     "being_written",
     "exists_error",
     "link_no_clobber",
+    "pack_records",
     "partial_path",
     "recover_command",
     "unfinished_error",
@@ -483,6 +486,66 @@ class _FileSink:
         )
 
 
+#: NUL padding after a payload, by its length (0 to 511 bytes).
+_PADDINGS = tuple(bytes(size) for size in range(BLOCK_SIZE))
+
+
+class PackedRecords(Sequence[tuple[str, memoryview]]):
+    """A batch of records laid out as the tar members a writer appends for them (header,
+    payload, padding each) in one byte string, made by :func:`pack_records` on any thread
+    (e.g. the worker that encoded them): an archive's ``write_many`` then only writes
+    :attr:`data` and counts the records, a few calls for the whole batch. Also a sequence
+    of ``(key, payload)`` pairs, so anything that writes batches of records writes it."""
+
+    __slots__ = ("checksums", "crcs", "data", "has_node_metadata", "keys", "offsets", "sizes")
+
+    def __init__(
+        self, keys: list[str], data: bytes, offsets: list[int], sizes: list[int], crcs: list[int] | None
+    ) -> None:
+        self.keys = keys
+        self.data = data
+        """The tar members of the records, one after the other."""
+        self.offsets = offsets
+        """Where each payload starts in :attr:`data`."""
+        self.sizes = sizes
+        self.crcs = crcs
+        """The payloads' CRC32C (in their headers), None if packed without checksums."""
+        self.checksums = crcs is not None
+        self.has_node_metadata = has_node_metadata_key(keys)
+        """True if a key is node metadata's (which archives hold until they close)."""
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, memoryview]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, memoryview]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[str, memoryview] | list[tuple[str, memoryview]]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self)))]
+        start = self.offsets[index]
+        return self.keys[index], memoryview(self.data)[start : start + self.sizes[index]]
+
+
+def pack_records(keys: list[str], payloads: Sequence[_Buffer], *, checksums: bool) -> PackedRecords:
+    """The records ``zip(keys, payloads)`` as the tar members :meth:`ArchiveWriter.append`
+    writes one by one, with their payloads' CRC32C when ``checksums`` (the archive's
+    setting: a batch packed otherwise is written record by record). Keys are checked when
+    the batch is written."""
+    if len(keys) != len(payloads):
+        raise ValueError(f"{len(keys)} keys for {len(payloads)} payloads")
+    sizes = list(map(len, payloads))
+    crcs = list(map(checksum, payloads)) if checksums else None
+    parts: list[_Buffer] = [b""] * (3 * len(keys))
+    parts[0::3] = member_headers(keys, sizes, crcs)
+    parts[1::3] = payloads
+    parts[2::3] = map(_PADDINGS.__getitem__, map(BLOCK_SIZE.__rmod__, map(int.__neg__, sizes)))
+    # A payload starts where its header ends: at every third of the parts' running ends.
+    ends = list(itertools.accumulate(map(len, parts)))
+    return PackedRecords(keys, b"".join(parts), ends[0::3], sizes, crcs)
+
+
 class ArchiveWriter:
     """Writes records, then the tar end, the index and the index header block, and
     publishes the archive at its final name.
@@ -564,6 +627,21 @@ class ArchiveWriter:
             position += total
         if group:
             self._write_group(group, position - group_start, group_offsets, group_crcs, offsets)
+
+    def append_packed(self, packed: PackedRecords) -> int:
+        """Writes packed records (the bytes :meth:`append` writes for them one by one), all or
+        none of them, returning the file offset of :attr:`PackedRecords.data` (a payload's
+        offset is it plus the payload's offset there)."""
+        if packed.checksums != (self.crcs is not None):
+            raise ValueError("records packed with checksums for an archive without them, or the other way round")
+        start = self.position
+        data = packed.data
+        self._sink.write((data,), len(data))
+        self.position = start + len(data)
+        if self.crcs is not None:
+            assert packed.crcs is not None
+            self.crcs += packed.crcs
+        return start
 
     def _write_group(
         self, group: list[_Buffer], total: int, group_offsets: list[int], group_crcs: list[int], offsets: list[int]

@@ -17,10 +17,10 @@ from typing import Literal
 
 from .._concurrency import process_id, run_in_worker
 from ..errors import ArchiveClosedError, RecordExistsError
-from ._format import Index, is_node_metadata_key, validate_key
+from ._format import Index, is_node_metadata_key, validate_key, validate_keys
 from ._location import Location
 from ._records import ArchiveBase, RecordTable, clipped
-from ._writer import ArchiveWriter
+from ._writer import ArchiveWriter, PackedRecords
 
 __all__ = ["WritingArchive"]
 
@@ -149,6 +149,9 @@ class WritingArchive(ArchiveBase):
         """Writes records in order under one lock (the bytes of :meth:`write` one by one).
         Every key is checked first: a bad or taken key (also one twice in ``items``) writes
         nothing of the batch."""
+        if type(items) is PackedRecords and items.checksums == self.has_checksums and not items.has_node_metadata:
+            self._write_packed(items)
+            return
         checked = [(key, self._payload(key, value)) for key, value in items]
         with self.lock:
             self._check_writable()
@@ -178,6 +181,26 @@ class WritingArchive(ArchiveBase):
                 append = self.table.append
                 for key, offset, payload in zip(keys, offsets, payloads, strict=False):
                     append(key, offset, len(payload))
+
+    def _write_packed(self, packed: PackedRecords) -> None:
+        """:meth:`write_many` of records packed as tar members (the same bytes, the same
+        checks), written in one piece: a failure counts none of them."""
+        keys = packed.keys
+        validate_keys(keys, self.name)
+        with self.lock:
+            self._check_writable()
+            positions = self.table.positions
+            # Taken keys first, then keys given twice, as write_many reports them.
+            if not positions.keys().isdisjoint(keys):
+                raise self._exists_error(next(key for key in keys if key in positions))
+            if len(set(keys)) != len(keys):
+                seen: set[str] = set()
+                for key in keys:
+                    if key in seen:
+                        raise self._exists_error(key)
+                    seen.add(key)
+            start = self._writer.append_packed(packed)
+            self.table.extend(keys, [start + offset for offset in packed.offsets], packed.sizes)
 
     def write(self, key: str, value: bytes | bytearray | memoryview) -> None:
         payload = self._payload(key, value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from types import EllipsisType
@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _compat
-from .._codecs import blosc_compress
-from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
+from .._codecs import blosc_compress, blosc_compressor
+from .._concurrency import default_workers, in_worker_thread, ordered_map, worker_pool
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES
 from ._compression import BloscCompression
 
@@ -34,6 +34,7 @@ __all__ = [
     "chunk_regions",
     "default_fill_value",
     "encode_chunk",
+    "encode_chunk_batches",
     "encode_chunks",
     "prepare_values",
     "resolve_chunks",
@@ -88,12 +89,8 @@ def chunk_regions(shape: tuple[int, ...], chunks: tuple[int, ...]) -> Iterator[t
     """Every chunk's coordinates and the region of the array it covers (C order), with a
     trailing Ellipsis: indexing a 0-dimensional array with it gives an array, where ``()``
     would give a scalar in native byte order (a big-endian value stored little-endian)."""
-    for coords in itertools.product(*(range(count) for count in chunk_grid_shape(shape, chunks))):
-        region: Region = tuple(
-            slice(index * chunk, min((index + 1) * chunk, size))
-            for index, chunk, size in zip(coords, chunks, shape, strict=True)
-        )
-        yield coords, (*region, ...)
+    for coords in itertools.product(*map(range, chunk_grid_shape(shape, chunks))):
+        yield coords, _region_of(coords, (chunks, shape))
 
 
 Record = bytes | memoryview
@@ -133,37 +130,121 @@ def encode_chunks(
     copy: bool = True,
     batch_bytes: int = ENCODE_BATCH_BYTES,
 ) -> Iterator[tuple[tuple[int, ...], Record]]:
-    """Every chunk's coordinates and record (see :func:`encode_chunk`), in C order.
+    """Every chunk's coordinates and record (see :func:`encode_chunk`), in C order (from
+    :func:`encode_chunk_batches`)."""
+    batches = encode_chunk_batches(values, chunks, fill_value, compression, _pairs, copy=copy, batch_bytes=batch_bytes)
+    with closing(batches):
+        for pairs in batches:
+            yield from pairs
 
-    Compressed chunks are encoded on the shared worker pool, a bounded number ahead of the
-    consumer (which writes them meanwhile): Blosc releases the GIL, so encoding runs on every
-    core. Small chunks go to the pool in batches (:data:`ENCODE_BATCH_BYTES` a task). From a
-    thread of that pool, chunks are encoded inline.
+
+def _pairs(coords: list[Coords], records: list[Record]) -> list[tuple[Coords, Record]]:
+    return list(zip(coords, records, strict=True))
+
+
+Coords = tuple[int, ...]
+_R = TypeVar("_R")
+
+
+def encode_chunk_batches(
+    values: np.ndarray[Any, Any],
+    chunks: tuple[int, ...],
+    fill_value: Any,
+    compression: BloscCompression | None,
+    finish: Callable[[list[Coords], list[Record]], _R],
+    *,
+    copy: bool = True,
+    batch_bytes: int = ENCODE_BATCH_BYTES,
+) -> Generator[_R, None, None]:
+    """The records of every chunk (see :func:`encode_chunk`) in C order, in batches of about
+    ``batch_bytes`` raw bytes: ``finish(coordinates, records)`` of each batch, called on
+    the thread that encoded it (e.g. laying the records out as tar members there).
+
+    Compressed chunks are encoded on the shared worker pool, a bounded number of batches
+    ahead of the consumer (which writes them meanwhile): Blosc releases the GIL, so encoding
+    runs on every core. From a thread of that pool, and uncompressed, they are encoded
+    inline. Chunks that are runs of whole rows of C-ordered values (chunk shape
+    ``(k, *shape[1:])``) are byte ranges of the values: only the last one may need padding.
     """
-    regions = chunk_regions(tuple(values.shape), chunks)
+    shape = tuple(values.shape)
+    grid = chunk_grid_shape(shape, chunks)
     chunk_bytes = math.prod(chunks) * values.dtype.itemsize
-    if compression is None or in_worker_thread() or chunk_grid_shape(values.shape, chunks) in ((), (1,) * values.ndim):
-        for coords, region in regions:
-            yield coords, encode_chunk(values[region], chunks, fill_value, compression, copy=copy)
-        return
-
-    def encode(batch: list[tuple[tuple[int, ...], Region]]) -> list[Record]:
-        return [encode_chunk(values[region], chunks, fill_value, compression) for _, region in batch]
-
-    workers = worker_threads()
     per_task = max(1, batch_bytes // max(1, chunk_bytes))
+    batches = _batches(itertools.product(*map(range, grid)), per_task)
+    if values.ndim and values.dtype.itemsize and chunks[1:] == shape[1:] and values.flags.c_contiguous:
+        records_of = _row_records(values, chunks, fill_value, compression, copy)
+    else:
+
+        def records_of(batch: list[Coords]) -> list[Record]:
+            return [
+                encode_chunk(values[region], chunks, fill_value, compression, copy=copy)
+                for region in map(_region_of, batch, itertools.repeat((chunks, shape)))
+            ]
+
+    def encode(batch: list[Coords]) -> _R:
+        return finish(batch, records_of(batch))
+
+    if compression is None or in_worker_thread() or math.prod(grid) <= 1:
+        yield from map(encode, batches)
+        return
     encoded = ordered_map(
         worker_pool(),
         encode,
-        _batches(regions, per_task),
-        max_items=2 * workers,
+        batches,
+        # A batch per core, and one encoded while the consumer writes: more threads than
+        # cores would only take turns at the GIL between their Blosc calls.
+        max_items=default_workers() + 1,
         max_bytes=ENCODE_AHEAD_BYTES,
         size=lambda batch: chunk_bytes * len(batch),
     )
     with closing(encoded):
-        for batch, records in encoded:
-            for (coords, _), record in zip(batch, records, strict=True):
-                yield coords, record
+        for _, result in encoded:
+            yield result
+
+
+def _region_of(coords: Coords, layout: tuple[tuple[int, ...], tuple[int, ...]]) -> Region:
+    chunks, shape = layout
+    region: Region = tuple(
+        slice(index * chunk, min((index + 1) * chunk, size))
+        for index, chunk, size in zip(coords, chunks, shape, strict=True)
+    )
+    return (*region, ...)
+
+
+def _row_records(
+    values: np.ndarray[Any, Any],
+    chunks: tuple[int, ...],
+    fill_value: Any,
+    compression: BloscCompression | None,
+    copy: bool,
+) -> Callable[[list[Coords]], list[Record]]:
+    """The records of a batch of consecutive chunks of whole rows (C-contiguous values):
+    byte ranges of the values, compressed or as they are (copied unless not ``copy``)."""
+    raw = values.reshape(-1).view(np.uint8)
+    rows = chunks[0]
+    step = raw.size // len(values) * rows if len(values) else 0  # bytes a chunk
+    whole = len(values) // rows  # chunks without padding
+    c = compression
+    compress = (
+        None if c is None else blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, values.dtype.itemsize)
+    )
+
+    def records(batch: list[Coords]) -> list[Record]:
+        first, stop = batch[0][0], batch[-1][0] + 1
+        last = min(stop, whole)
+        starts, ends = range(first * step, last * step, step), range((first + 1) * step, (last + 1) * step, step)
+        if compress is not None:
+            out: list[Record] = list(map(compress, map(raw.__getitem__, map(slice, starts, ends))))
+        elif copy:
+            out = [raw[start : start + step].tobytes() for start in starts]
+        else:
+            view = memoryview(raw)  # type: ignore[arg-type]
+            out = [view[start : start + step] for start in starts]
+        if stop > last:  # the edge chunk, padded
+            out.append(encode_chunk(values[last * rows :], chunks, fill_value, compression, copy=copy))
+        return out
+
+    return records
 
 
 _T = TypeVar("_T")

@@ -24,7 +24,6 @@ from ._encoding import (
     ChunksLike,
     EncodedArray,
     default_fill_value,
-    encode_chunks,
     prepare_values,
     resolve_chunks,
     storage_dtype,
@@ -281,7 +280,7 @@ class Group(_GroupNode):
         # Chunks are written as they are encoded (on the worker pool when compressed), and
         # uncompressed ones straight from ``values``: the records are written before this
         # returns, so no copy is needed.
-        array._write_new_chunks(encode_chunks(values, resolved, fill_value, compression, copy=False))
+        array._write_new_chunks(values, resolved, fill_value, compression)
         return array
 
     def _new_array(
