@@ -4,6 +4,7 @@ atomic publish, flush and recovery of unfinished archives."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import lzma
 import os
 import random
@@ -379,6 +380,54 @@ def test_flush_and_close_sync_only_durable_writers(
     assert synced == ([partial, partial, str(tmp_path)] if durable else []), synced
     archive = IndexedTarArchive(path, verify_checksums=True)
     assert (archive["a"], archive["b"]) == (b"1", b"2" * 3000)
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_durable_writers_start_writing_back_what_they_wrote_as_they_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool
+) -> None:
+    # A durable writer asks the kernel to start writing its pages to disk every few MB (the
+    # fsync at close then waits for the last ones only): the ranges follow each other from
+    # the file's start, without gaps; a writer that isn't durable asks nothing.
+    from ncore_like.archive import _writer
+
+    started: list[tuple[int, int]] = []
+    real = _writer._writeback
+
+    def writeback(fd: int, offset: int, count: int) -> None:
+        assert os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "w.itar.partial")
+        started.append((offset, count))
+        real(fd, offset, count)
+
+    monkeypatch.setattr(_writer, "_writeback", writeback)
+    rng = np.random.default_rng(5)
+    records = {f"r/{n}": rng.bytes(int(size)) for n, size in enumerate(rng.integers(1, 3 << 20, size=24))}
+    with IndexedTarArchive(tmp_path / "w.itar", mode="w", durable=durable) as archive:
+        for key, value in records.items():
+            archive[key] = value
+    if not durable:
+        assert started == []
+        return
+    total = sum(map(len, records.values()))
+    assert len(started) >= total // (2 * _writer._WRITEBACK_BYTES), started
+    assert started[0][0] == 0 and all(count >= _writer._WRITEBACK_BYTES for _, count in started)
+    assert all(offset + count == after for (offset, count), (after, _) in itertools.pairwise(started))
+    assert started[-1][0] + started[-1][1] <= (tmp_path / "w.itar").stat().st_size
+    reread = IndexedTarArchive(tmp_path / "w.itar")
+    assert all(reread[key] == value for key, value in records.items())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_the_writeback_call_is_the_kernels(tmp_path: Path) -> None:
+    from ncore_like.archive._writer import _find_writeback
+
+    function = _find_writeback()
+    assert function is not None
+    with open(tmp_path / "f", "wb") as file:
+        file.write(b"x" * 100_000)
+        file.flush()
+        assert function(file.fileno(), 0, 100_000) == 0
+    assert function(-1, 0, 1) == -1  # a bad descriptor: the kernel's error, nothing raised
 
 
 def test_abort_discards_the_partial_file(tmp_path: Path) -> None:

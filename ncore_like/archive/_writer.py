@@ -44,8 +44,9 @@ import fcntl
 import itertools
 import os
 import shlex
+import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, overload
 
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
@@ -195,6 +196,43 @@ class _Sink(Protocol):
 _BUFFERED_RECORD = 256 << 10
 #: The write buffer reaches the file when it holds this much (or at flush and close).
 _BUFFER_SIZE = 4 << 20
+#: A durable local writer asks the kernel to start writing its pages to disk after every
+#: this many bytes (see :func:`_writeback`), so that the fsync at close waits only for the
+#: last of them.
+_WRITEBACK_BYTES = 8 << 20
+_SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start write-out of the range's dirty pages, don't wait
+
+
+def _find_writeback() -> Callable[[int, int, int], object] | None:
+    """Linux's ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` (not in :mod:`os`), None
+    elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # writers only, once
+
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.restype = ctypes.c_int
+    return lambda fd, offset, count: function(fd, offset, count, _SYNC_FILE_RANGE_WRITE)
+
+
+_writeback_function: tuple[Callable[[int, int, int], object] | None] | None = None
+
+
+def _writeback(fd: int, offset: int, count: int) -> None:
+    """Starts writing the file's dirty pages in the range to disk without waiting for them:
+    the disk then works while the writer goes on, where an fsync at the end would write
+    everything at once (a durable close of 350 MB of frames: ~155 ms of fsync). Errors
+    don't surface here: the kernel keeps them for the fsync at flush or close."""
+    global _writeback_function
+    if _writeback_function is None:
+        _writeback_function = (_find_writeback(),)
+    function = _writeback_function[0]
+    if function is not None:
+        function(fd, offset, count)
 
 
 class _LocalSink:
@@ -203,7 +241,8 @@ class _LocalSink:
     record costs ~30 us); large ones are written with ``os.writev`` (header, payload and
     padding in one call, without copying the payload). Buffered bytes are read back from
     memory. ``durable``: :meth:`flush` and :meth:`publish` fsync the file (and the folder
-    after the rename); without it they only write."""
+    after the rename), and the write-back of what is written starts every few megabytes
+    (:func:`_writeback`); without it they only write."""
 
     def __init__(
         self, path: str, *, exclusive: bool = False, resume_at: int | None = None, durable: bool = True
@@ -214,6 +253,7 @@ class _LocalSink:
         self._durable = durable
         self._buffer = bytearray()
         self._end = 0  # the file offset of the buffer's first byte
+        self._written_back = 0  # where the write-back started so far ends (durable only)
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not an archive", path)
         if exclusive and os.path.lexists(path):  # refused before anything is written
@@ -228,7 +268,7 @@ class _LocalSink:
                 self.release()
                 raise unfinished_error(path)
             os.ftruncate(self._fd, resume_at)
-            self._end = resume_at
+            self._end = self._written_back = resume_at
         else:
             try:
                 self._fd = os.open(self._partial, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -253,9 +293,10 @@ class _LocalSink:
             self._write_at(self._end, [self._buffer, *buffers])
             self._end += len(self._buffer) + total
             self._buffer = bytearray()
-            return
-        self._write_at(self._end, buffers)
-        self._end += total
+        else:
+            self._write_at(self._end, buffers)
+            self._end += total
+        self._start_writeback()
 
     def _drain(self) -> None:
         """Writes the buffer to the file. On a failure (a full disk) the buffer is kept and
@@ -264,6 +305,12 @@ class _LocalSink:
             self._write_at(self._end, [self._buffer])
             self._end += len(self._buffer)
             self._buffer = bytearray()
+            self._start_writeback()
+
+    def _start_writeback(self) -> None:
+        if self._durable and self._end - self._written_back >= _WRITEBACK_BYTES:
+            _writeback(self._fd, self._written_back, self._end - self._written_back)
+            self._written_back = self._end
 
     def _write_at(self, offset: int, buffers: Sequence[_Buffer]) -> None:
         # pwritev: the offset is explicit, so a forked child that re-opens the file writes
