@@ -109,7 +109,13 @@ def _check_blosc(record: bytes, nbytes: int, key: str, where: str) -> None:
         version = size = cbytes = -1
     if size == nbytes and cbytes == len(record) and version <= _BLOSC_MAX_FORMAT:
         return
-    if version != -1 and version <= _BLOSC_MAX_FORMAT and cbytes > len(record):
+    if version == -1:  # numcodecs would read the header past the record's end
+        raise ArchiveFormatError(
+            f"chunk record {key!r} is no Blosc stream: {len(record)} bytes, shorter than a Blosc header",
+            archive=where,
+            key=key,
+        )
+    if version <= _BLOSC_MAX_FORMAT and cbytes > len(record):
         raise ArchiveFormatError(
             f"chunk record {key!r} is truncated: {len(record)} bytes of the {cbytes} its Blosc header gives",
             archive=where,
