@@ -560,9 +560,10 @@ class ReadingArchive(ArchiveBase):
         # prefetched records pending) and whether to verify checksums. Anything else (a
         # short read, a checksum mismatch: their errors) takes the general path.
         table = self.table
-        position = table.positions.get(key)
-        if position is None:
-            raise KeyError(f"no record {key!r} in {self.name}")
+        try:
+            position = table.positions[key]  # a subscript: cheaper than a call of get()
+        except KeyError:
+            raise KeyError(f"no record {key!r} in {self.name}") from None
         offset = table.offsets[position]
         fd, below, verify = self._direct
         if offset < below:
