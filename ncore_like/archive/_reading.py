@@ -545,12 +545,13 @@ class ReadingArchive(ArchiveBase):
     def _update_direct(self) -> None:
         """Sets :attr:`_direct` from the archive's state; called whenever that changes (the
         descriptor, the tail read, prefetched records, closing)."""
-        fd = self._fd
-        if fd is None or self.closed or self._prefetched:
-            self._direct = _NO_DIRECT_READS
-        else:
-            below = self._tail_start if self._tail is not None else self.file_size
-            self._direct = (fd, below, self.verify_checksums)
+        with self.lock:  # as close() does: a closed archive never gets a descriptor back
+            fd = self._fd
+            if fd is None or self.closed or self._prefetched:
+                self._direct = _NO_DIRECT_READS
+            else:
+                below = self._tail_start if self._tail is not None else self.file_size
+                self._direct = (fd, below, self.verify_checksums)
 
     def read(self, key: str) -> bytes:
         # The hot path of random access, a small record read locally, takes as few steps as
