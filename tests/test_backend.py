@@ -624,7 +624,7 @@ def test_index_lists_run_no_zarr_indexer(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
 @pytest.mark.parametrize("compression", [BloscCompression(), None])
-@pytest.mark.parametrize("row_shape", [(), (7,), (3, 5)])
+@pytest.mark.parametrize("row_shape", [(), (7,), (3, 5), (5000,)])  # the last one larger than rows read as bytes
 def test_rows_read_by_index_match_numpy_including_rows_never_written(
     tmp_path: Path, zarr_format: int, compression: BloscCompression | None, row_shape: tuple[int, ...],
     monkeypatch: pytest.MonkeyPatch,
@@ -652,7 +652,9 @@ def test_rows_read_by_index_match_numpy_including_rows_never_written(
 
     monkeypatch.setattr(backend_module, "plan_read", no_plan)
     for index in range(-rows, rows):
-        np.testing.assert_array_equal(array.read(index), expected[index])
+        row = array.read(index)
+        np.testing.assert_array_equal(row, expected[index])
+        assert not row.flags.writeable  # read-only, written or not, small or large
         assert array.read(index, out=out) is out
         np.testing.assert_array_equal(out, expected[index])
     assert array.backend.stats["fast"] == 4 * rows and not array.backend.stats.keys() - {"fast"}

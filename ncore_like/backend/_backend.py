@@ -289,19 +289,22 @@ class Backend:
         state.row_shape = (rows, row_shape)
         prefix, suffix = _row_key_parts(chunk_key, len(shape))
         flat = len(row_shape) == 1  # a 1-d row views as bytes directly
-        # Small Blosc rows decompress into new bytes, then (with out=) are copied into out:
-        # cheaper than numcodecs' checks of a destination (see blosc_decoded). Larger ones
-        # decompress into out itself.
-        copy_small = compressed and nbytes <= _COPIED_ROW_BYTES and _bytes_view(np.empty(row_shape, dtype)) is not None
+        # Small rows are read as bytes (Blosc ones decompressed into new bytes) that a
+        # read-only result views, or that are copied into out=: cheaper than numcodecs' checks
+        # of a destination (see blosc_decoded) and the steps of read_into. Larger ones are
+        # read or decompressed into the result itself, as planned reads are.
+        small = nbytes <= _SMALL_ROW_BYTES
+        copy_small = compressed and small and _bytes_view(np.empty(row_shape, dtype)) is not None
         read, count = archive.record_reader(), self._row_reads.__next__
-        frombuffer, ndarray, uint8 = np.frombuffer, np.ndarray, np.uint8
+        empty, frombuffer, ndarray, uint8 = np.empty, np.frombuffer, np.ndarray, np.uint8
 
         def read_row(index: int, out: NDArray | None) -> NDArray | None:
             if index < 0:
                 index += rows
             if not 0 <= index < rows:
                 return None
-            if out is not None:
+            given = out is not None
+            if given:
                 if not (isinstance(out, ndarray) and out.dtype == dtype and out.shape == row_shape):
                     return None
                 flags = out.flags
@@ -311,15 +314,16 @@ class Backend:
             count()
             try:
                 if out is None:
-                    # Read-only by construction: the values are the bytes read or decoded.
-                    record = read(key)
-                    data = (
-                        blosc_decoded(record, nbytes, key, where)
-                        if compressed
-                        else raw_checked(record, nbytes, key, where)
-                    )
-                    row = frombuffer(data, dtype)
-                    return row if flat else row.reshape(row_shape)
+                    if small:  # read-only by construction: the values are the bytes read or decoded
+                        record = read(key)
+                        data = (
+                            blosc_decoded(record, nbytes, key, where)
+                            if compressed
+                            else raw_checked(record, nbytes, key, where)
+                        )
+                        row = frombuffer(data, dtype)
+                        return row if flat else row.reshape(row_shape)
+                    out = empty(row_shape, dtype)
                 if copy_small:
                     out.data.cast("B")[:] = blosc_decoded(read(key), nbytes, key, where)
                 elif compressed:
@@ -329,11 +333,11 @@ class Backend:
             except KeyError:
                 if key in archive:  # a KeyError of something else than the record's lookup
                     raise
-                if out is None:  # a chunk never written
-                    row = np.full(row_shape, fill, dtype)
-                    row.setflags(write=False)
-                    return row
-                out[...] = fill
+                if out is None:
+                    out = empty(row_shape, dtype)
+                out[...] = fill  # a chunk never written
+            if not given:
+                out.setflags(write=False)
             return out
 
         return read_row
@@ -488,9 +492,10 @@ class Backend:
         return (await self.read_async(array, state=state)).tobytes()
 
 
-#: Blosc rows up to this size are decompressed into new bytes and copied into ``out=`` (a
-#: copy of a few KB costs less than numcodecs' checks of a destination, ~1.5 us).
-_COPIED_ROW_BYTES = 16 * 1024
+#: Rows up to this size are read as bytes, which a result views or ``out=`` copies (a copy of
+#: a few KB costs less than numcodecs' checks of a destination, ~1.5 us); larger ones are read
+#: into the result itself (no second copy, no fresh pages of a new bytes object to fault in).
+_SMALL_ROW_BYTES = 16 * 1024
 
 
 def _row_key_parts(chunk_key: Callable[[tuple[int, ...]], str], ndim: int) -> tuple[str | None, str]:
