@@ -364,12 +364,13 @@ def test_missing_key(tmp_path: Path) -> None:
         IndexedTarArchive(tmp_path / "m.itar")["b"]
 
 
-def test_records_past_the_end_of_a_truncated_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verify", [True, False])  # without checksums, the read's length tells
+def test_records_past_the_end_of_a_truncated_file(tmp_path: Path, verify: bool) -> None:
     # The index is intact but the file lost bytes before it: reads must fail, not return
     # short or wrong data. Simulate by truncating the payload region in place.
     records = {"a": b"x" * 4000, "b": b"y" * 10}
     write_archive(tmp_path / "t.itar", records)
-    archive = IndexedTarArchive(tmp_path / "t.itar", index_tail_read_size=None)
+    archive = IndexedTarArchive(tmp_path / "t.itar", index_tail_read_size=None, verify_checksums=verify)
     with open(tmp_path / "t.itar", "r+b") as file:
         file.truncate(1000)
     with pytest.raises(ArchiveFormatError, match="truncated archive"):
@@ -621,3 +622,37 @@ def test_index_cache_is_bounded_by_records() -> None:
     assert cache.get((0, b"huge")) is None
     # The archive's own cache weighs entries by their records.
     assert _reading._decoded_indices.max_weight == _reading.DECODED_INDEX_RECORDS
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_reads_return_what_was_written_through_every_change_of_a_readers_state(tmp_path: Path, verify: bool) -> None:
+    # Local reads of records outside memory take a short path set up from the reader's state
+    # (descriptor, tail read, prefetched records, closing): each change must reach it.
+    records = sample_records()
+    write_archive(tmp_path / "a.itar", records, {".zmetadata.cbor.xz": b"meta"})
+
+    def all_read(archive: IndexedTarArchive) -> None:
+        for key, value in records.items():
+            assert archive[key] == value and archive.read(key) == value
+        with pytest.raises(KeyError, match="no record 'missing' in"):
+            archive["missing"]
+
+    archive = IndexedTarArchive(tmp_path / "a.itar", verify_checksums=verify)
+    all_read(archive)
+    archive.release_index_tail("release_after_opening", consolidated=True)  # the tail's records from the file
+    all_read(archive)
+    archive.reload_resources()  # another descriptor
+    all_read(archive)
+    clone = pickle.loads(pickle.dumps(archive))  # its source opened by the first read
+    all_read(clone)
+    for reader in (archive, clone):
+        reader.close()
+        for key in ("big", "chunks/3"):
+            with pytest.raises(ArchiveClosedError, match="archive is closed"):
+                reader[key]
+        assert reader["empty"] == b""  # held in memory: still served
+    opened = asyncio.run(IndexedTarArchive.open_async(tmp_path / "a.itar", prefetch_keys=["big", "chunks/3"]))
+    with opened:
+        all_read(opened)
+        assert opened._impl._prefetched == {}  # each prefetched record served once, from memory
+        all_read(opened)

@@ -624,7 +624,7 @@ def test_index_lists_run_no_zarr_indexer(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
 @pytest.mark.parametrize("compression", [BloscCompression(), None])
-@pytest.mark.parametrize("row_shape", [(), (7,), (3, 5)])
+@pytest.mark.parametrize("row_shape", [(), (7,), (3, 5), (5000,)])  # the last one larger than rows read as bytes
 def test_rows_read_by_index_match_numpy_including_rows_never_written(
     tmp_path: Path, zarr_format: int, compression: BloscCompression | None, row_shape: tuple[int, ...],
     monkeypatch: pytest.MonkeyPatch,
@@ -652,7 +652,9 @@ def test_rows_read_by_index_match_numpy_including_rows_never_written(
 
     monkeypatch.setattr(backend_module, "plan_read", no_plan)
     for index in range(-rows, rows):
-        np.testing.assert_array_equal(array.read(index), expected[index])
+        row = array.read(index)
+        np.testing.assert_array_equal(row, expected[index])
+        assert not row.flags.writeable  # read-only, written or not, small or large
         assert array.read(index, out=out) is out
         np.testing.assert_array_equal(out, expected[index])
     assert array.backend.stats["fast"] == 4 * rows and not array.backend.stats.keys() - {"fast"}
@@ -809,3 +811,94 @@ def test_a_damaged_row_read_by_index_raises_a_checksum_error(tmp_path: Path, tai
             read()
     assert np.all(out == 7.0)  # the damaged values never reach the caller
     np.testing.assert_array_equal(array.read(4), values[4])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "width"),
+    [
+        ("f4", 1024),  # a few KB: decompressed into new bytes, then copied into out=
+        ("f4", 5000),  # 20 KB, larger than the rows copied: Blosc decompresses into out= itself
+        ("<M8[s]", 8),  # datetimes have no buffer format: decompressed into out= too
+        (">i2", 16),  # not the machine's byte order
+    ],
+)
+def test_rows_read_by_index_of_every_size_and_dtype_match_numpy(tmp_path: Path, dtype: str, width: int) -> None:
+    values = (np.arange(6 * width).reshape(6, width) * 7 % 1000).astype(dtype)
+    write(tmp_path / "w.itar", lambda root: root.create_array("x", values, chunks=(1, width)))
+    array = open_array(tmp_path / "w.itar", "x")
+    out = np.empty(width, values.dtype)
+    for index in (0, 3, -1):
+        row = array.read(index)
+        np.testing.assert_array_equal(row, values[index])
+        assert row.dtype == values.dtype and not row.flags.writeable  # a read-only result, as every read's
+        assert array.read(np.int64(index), out=out) is out and out.flags.writeable
+        np.testing.assert_array_equal(out, values[index])
+    assert array.backend.stats == {"fast": 6}  # every read on the fast path
+
+
+@pytest.mark.parametrize("name", ["1", "a12", "12/3", "x0"])
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_row_keys_formatted_inline_are_the_chunk_keys(tmp_path: Path, name: str, zarr_format: int) -> None:
+    from ncore_like.backend._backend import _row_key_parts
+    from ncore_like.store._documents import ChunkKeys
+
+    # Names with digits: the prefix found from the keys of rows 1 and 2 must not swallow them.
+    values = np.arange(30 * 3, dtype=np.int16).reshape(30, 3)
+    write(tmp_path / "k.itar", lambda root: root.create_array(name, values, chunks=(1, 3)), zarr_format)
+    array = IndexedTarZarrStore(tmp_path / "k.itar").open_root_group().array(name)
+    for index in range(30):
+        np.testing.assert_array_equal(array.read(index), values[index])
+    for separator in (".", "/"):
+        keys = ChunkKeys(f"{name}/c{separator}", separator, "c")
+        prefix, suffix = _row_key_parts(keys, 3)
+        assert prefix is not None
+        assert [f"{prefix}{index}{suffix}" for index in range(120)] == [keys((index, 0, 0)) for index in range(120)]
+    assert _row_key_parts(lambda coords: "/".join(map(str, coords)), 2) == (None, "")  # not ChunkKeys: called
+
+
+@pytest.mark.parametrize("width", [4, 5000])  # decompressed into new bytes, or into out= itself
+def test_corrupt_rows_of_every_size_raise_a_format_error(tmp_path: Path, width: int) -> None:
+    from ncore_like import ArchiveFormatError, EncodedArray
+
+    values = np.arange(3 * width, dtype=np.float32).reshape(3, width)
+    encoded = EncodedArray.encode(values, chunks=(1, width), compression=BloscCompression())
+    whole = encoded.chunk_records[(1, 0)]
+    for record, message in [
+        (whole[:-1], f"is truncated: {len(whole) - 1} bytes of the {len(whole)} its Blosc header gives"),
+        (whole[:10], "is no Blosc stream: 10 bytes, shorter than a Blosc header"),
+        (whole + b"\0", f"decompresses to|{len(whole) + 1}"),  # numcodecs' own checks say what
+    ]:
+        encoded.chunk_records[(1, 0)] = record
+        (tmp_path / "c.itar").unlink(missing_ok=True)
+        write(tmp_path / "c.itar", lambda root: root.create_encoded_array("x", encoded))
+        array = IndexedTarZarrStore(tmp_path / "c.itar").open_root_group().array("x")
+        np.testing.assert_array_equal(array.read(0), values[0])
+        out = np.full(width, 7.0, np.float32)
+        if record == whole + b"\0":  # trailing bytes: Blosc reads what its header gives
+            np.testing.assert_array_equal(array.read(1), values[1])
+            continue
+        for into in (None, out):
+            with pytest.raises(ArchiveFormatError, match=message) as raised:
+                array.read(1, out=into)
+            assert raised.value.key == "x/1.0" and str(raised.value).startswith(str(raised.value.archive))
+        assert np.all(out == 7.0)
+
+
+def test_a_raw_row_of_the_wrong_size_raises_a_format_error(tmp_path: Path) -> None:
+    from ncore_like import ArchiveFormatError
+
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    write(tmp_path / "good.itar", lambda root: root.create_array("x", values, chunks=(1, 4), compression=None))
+    # Writers refuse such a record: the archive is copied with row 1 cut to three values.
+    with IndexedTarArchive(tmp_path / "good.itar") as good, IndexedTarArchive(tmp_path / "c.itar", "w") as damaged:
+        for key in good.keys():
+            damaged[key] = good[key][:12] if key == "x/1.0" else good[key]
+    array = IndexedTarZarrStore(tmp_path / "c.itar").open_root_group().array("x")
+    row = array.read(2)
+    np.testing.assert_array_equal(row, values[2])
+    assert not row.flags.writeable
+    with pytest.raises(ArchiveFormatError, match="chunk record 'x/1.0' has 12 bytes, expected 16") as raised:
+        array.read(1)
+    assert str(raised.value).startswith(str(raised.value.archive))
+    with pytest.raises(ValueError, match="'x/1.0' has 12 bytes, buffer 16"):
+        array.read(1, out=np.empty(4, np.float32))

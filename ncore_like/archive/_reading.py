@@ -65,6 +65,9 @@ _local_openings: LRUCache[tuple[int, ...], tuple[bytes, RecordTable, _Opening]] 
 
 DEFAULT_RETRY = RetryPolicy()
 
+#: ``ReadingArchive._direct`` of an archive whose reads all take the general path.
+_NO_DIRECT_READS = (-1, -1, False)
+
 
 class ReadOptions(NamedTuple):
     """How an archive is read: the reading parameters of :class:`~ncore_like.IndexedTarArchive`
@@ -280,8 +283,8 @@ class ReadingArchive(ArchiveBase):
         self.index_record = index_record
         self._verify = options.verify_checksums is None or bool(options.verify_checksums)
         self._source = source
-        # The descriptor of a local archive: read() preads it itself, a call shorter than
-        # through the source (a tenth of a small record's read). None once closed.
+        # The descriptor of a local archive (None once closed); read() preads it itself (see
+        # _direct).
         self._fd = source.fd if isinstance(source, LocalSource) else None
         self._cache_version = cache_version  # of an unpickled archive: the version its index is of
         # The bytes of the tail read, and records prefetched by open_async until read once.
@@ -289,8 +292,10 @@ class ReadingArchive(ArchiveBase):
         self._tail_start = file_size - len(tail) if tail is not None else file_size
         self._prefetched: dict[str, bytes] = {}
         self._checked_whole: set[int] = set()  # records read whole and checked, for range reads
+        self._direct = _NO_DIRECT_READS
         if source is not None:
             self._check_cached_records(source)
+        self._update_direct()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -459,6 +464,7 @@ class ReadingArchive(ArchiveBase):
                     self._check_cached_records(opened)
                     self._source = opened
                     self._fd = opened.fd if isinstance(opened, LocalSource) else None
+                    self._update_direct()
                 source = self._source
         return source
 
@@ -487,6 +493,8 @@ class ReadingArchive(ArchiveBase):
             if data is not None:
                 if start == 0 and stop == len(data):
                     self._prefetched.pop(key, None)
+                    if not self._prefetched:
+                        self._update_direct()
                     return data
                 return data[start:stop]
         return None
@@ -507,6 +515,7 @@ class ReadingArchive(ArchiveBase):
         for key in keys:
             if self._needs_io(key):
                 self._prefetched[key] = self.read(key)
+        self._update_direct()
 
     async def _prefetch_async(self, keys: tuple[str, ...]) -> None:
         import asyncio
@@ -516,6 +525,7 @@ class ReadingArchive(ArchiveBase):
         wanted = [key for key in dict.fromkeys(keys) if self._needs_io(key)]
         for key, data in zip(wanted, await asyncio.gather(*(self.read_async(key) for key in wanted)), strict=True):
             self._prefetched[key] = data
+        self._update_direct()
 
     def release_index_tail(self, retention: IndexTailRetention, *, consolidated: bool) -> None:
         if retention not in RETENTIONS:
@@ -528,17 +538,47 @@ class ReadingArchive(ArchiveBase):
         }[retention]
         if release:
             self._tail = None
+            self._update_direct()
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _update_direct(self) -> None:
+        """Sets :attr:`_direct` from the archive's state; called whenever that changes (the
+        descriptor, the tail read, prefetched records, closing)."""
+        with self.lock:  # as close() does: a closed archive never gets a descriptor back
+            fd = self._fd
+            if fd is None or self.closed or self._prefetched:
+                self._direct = _NO_DIRECT_READS
+            else:
+                below = self._tail_start if self._tail is not None else self.file_size
+                self._direct = (fd, below, self.verify_checksums)
+
     def read(self, key: str) -> bytes:
-        # The hot path of random access: written out rather than through the helpers, since
-        # each call saved is a noticeable share of a small record's read.
+        # The hot path of random access, a small record read locally, takes as few steps as
+        # can be: ``_direct`` says in one tuple (read at once, so a concurrent close or
+        # reopen is seen whole) the descriptor, the offset from which records lie in the
+        # tail read (-1 while reads must take the general path: closed, not yet opened,
+        # prefetched records pending) and whether to verify checksums. Anything else (a
+        # short read, a checksum mismatch: their errors) takes the general path.
         table = self.table
-        position = table.positions.get(key)
-        if position is None:
-            raise KeyError(f"no record {key!r} in {self.name}")
+        try:
+            position = table.positions[key]  # a subscript: cheaper than a call of get()
+        except KeyError:
+            raise KeyError(f"no record {key!r} in {self.name}") from None
         offset = table.offsets[position]
+        fd, below, verify = self._direct
+        if offset < below:
+            size = table.sizes[position]
+            data = os.pread(fd, size, offset)
+            if len(data) == size and (not verify or checksum(data) == table.crcs[position]):  # type: ignore[index]
+                return data
+        return self._read_at(key, position, offset)
+
+    def _read_at(self, key: str, position: int, offset: int) -> bytes:
+        """:meth:`read` of a record held in memory or read through the source, or one whose
+        direct read failed (read again: the source retries a short read, a mismatch is
+        raised unless the source kept a copy to drop)."""
+        table = self.table
         size = table.sizes[position]
         tail = self._tail
         data: bytes | None
@@ -550,20 +590,13 @@ class ReadingArchive(ArchiveBase):
             if data:
                 return data  # prefetched: checked when it was fetched
             if data is None:
-                fd = self._fd
-                if fd is not None:
-                    data = os.pread(fd, size, offset)
-                    if len(data) != size:  # short: the source retries the rest, or says why not
-                        data = self._live_source().read(offset, size)
-                else:
-                    source = self._source
-                    if source is None or self.closed:
-                        source = self._live_source()
-                    try:
-                        data = source.read(offset, size)
-                    except RemoteStorageError as error:
-                        raise _naming(error, key) from error
-        # Checked at once, on the thread that read it, while the bytes are in the CPU's cache.
+                source = self._source
+                if source is None or self.closed:
+                    source = self._live_source()
+                try:
+                    data = source.read(offset, size)
+                except RemoteStorageError as error:
+                    raise _naming(error, key) from error
         if self._verify:
             crcs = table.crcs
             if crcs is not None and checksum(data) != crcs[position]:
@@ -648,6 +681,7 @@ class ReadingArchive(ArchiveBase):
             if self.closed:
                 return
             self.closed = True
+            self._direct = _NO_DIRECT_READS  # first: a read from here on takes the general path
             self._fd = None
             if self._source is not None:
                 self._source.close()
@@ -660,3 +694,4 @@ class ReadingArchive(ArchiveBase):
             if not self.closed and self._source is not None:
                 self._source.reopen()
                 self._fd = self._source.fd if isinstance(self._source, LocalSource) else None
+                self._update_direct()

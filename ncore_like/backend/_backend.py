@@ -26,7 +26,7 @@ from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from .._log import DEBUG, library_logger
 from ..store._documents import ChunkKeys
-from ._decode import blosc_into, decode_into, scratch_buffer
+from ._decode import blosc_decoded, blosc_into, decode_into, raw_checked, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 from ._selection import canonical
 from ._state import ArrayState, RowReader
@@ -287,35 +287,57 @@ class Backend:
         dtype, compressed, chunk_key, fill = layout.dtype, layout.compressed, layout.chunk_key, layout.fill_value
         nbytes, where = layout.chunk_nbytes, archive.location.name
         state.row_shape = (rows, row_shape)
-        row_key = chunk_key.first_axis(len(shape)) if isinstance(chunk_key, ChunkKeys) else None
+        prefix, suffix = _row_key_parts(chunk_key, len(shape))
         flat = len(row_shape) == 1  # a 1-d row views as bytes directly
+        # Small rows are read as bytes (Blosc ones decompressed into new bytes) that a
+        # read-only result views, or that are copied into out=: cheaper than numcodecs' checks
+        # of a destination (see blosc_decoded) and the steps of read_into. Larger ones are
+        # read or decompressed into the result itself, as planned reads are.
+        small = nbytes <= _SMALL_ROW_BYTES
+        copy_small = compressed and small and _bytes_view(np.empty(row_shape, dtype)) is not None
         read, count = archive.record_reader(), self._row_reads.__next__
-        empty, ndarray, uint8 = np.empty, np.ndarray, np.uint8
+        empty, frombuffer, ndarray, uint8 = np.empty, np.frombuffer, np.ndarray, np.uint8
 
         def read_row(index: int, out: NDArray | None) -> NDArray | None:
             if index < 0:
                 index += rows
             if not 0 <= index < rows:
                 return None
-            if out is None:
-                out = empty(row_shape, dtype)
-            elif not (isinstance(out, ndarray) and out.dtype == dtype and out.shape == row_shape):
-                return None
-            else:
+            given = out is not None
+            if given:
+                if not (isinstance(out, ndarray) and out.dtype == dtype and out.shape == row_shape):
+                    return None
                 flags = out.flags
                 if not (flags.c_contiguous and flags.writeable):
                     return None
-            key = row_key(index) if row_key is not None else chunk_key((index, *rest))
+            key = f"{prefix}{index}{suffix}" if prefix is not None else chunk_key((index, *rest))
             count()
             try:
-                if compressed:
+                if out is None:
+                    if small:  # read-only by construction: the values are the bytes read or decoded
+                        record = read(key)
+                        data = (
+                            blosc_decoded(record, nbytes, key, where)
+                            if compressed
+                            else raw_checked(record, nbytes, key, where)
+                        )
+                        row = frombuffer(data, dtype)
+                        return row if flat else row.reshape(row_shape)
+                    out = empty(row_shape, dtype)
+                if copy_small:
+                    out.data.cast("B")[:] = blosc_decoded(read(key), nbytes, key, where)
+                elif compressed:
                     blosc_into(read(key), out, nbytes, key, where)  # Blosc fills out's memory
                 else:
                     archive.read_into(key, (out.view(uint8) if flat else out.reshape(-1).view(uint8)).data)
             except KeyError:
                 if key in archive:  # a KeyError of something else than the record's lookup
                     raise
+                if out is None:
+                    out = empty(row_shape, dtype)
                 out[...] = fill  # a chunk never written
+            if not given:
+                out.setflags(write=False)
             return out
 
         return read_row
@@ -468,6 +490,38 @@ class Backend:
         if found is not None:
             return await found[0].archive.read_async(found[1].key)
         return (await self.read_async(array, state=state)).tobytes()
+
+
+#: Rows up to this size are read as bytes, which a result views or ``out=`` copies (a copy of
+#: a few KB costs less than numcodecs' checks of a destination, ~1.5 us); larger ones are read
+#: into the result itself (no second copy, no fresh pages of a new bytes object to fault in).
+_SMALL_ROW_BYTES = 16 * 1024
+
+
+def _row_key_parts(chunk_key: Callable[[tuple[int, ...]], str], ndim: int) -> tuple[str | None, str]:
+    """The prefix and suffix of the keys of chunks ``(index, 0, ..., 0)``: the key of row
+    ``index`` is ``f"{prefix}{index}{suffix}"`` (formatted inline: a call less than the key
+    function); (None, "") for key functions other than :class:`ChunkKeys`."""
+    if not isinstance(chunk_key, ChunkKeys):
+        return None, ""
+    row_key = chunk_key.first_axis(ndim)
+    one, two = row_key(1), row_key(2)
+    # The keys of rows 1 and 2 differ first in the index's one digit: what comes before is
+    # the prefix, what follows it the suffix.
+    prefix = one[: next(i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b)]
+    suffix = one[len(prefix) + 1 :]
+    if any(row_key(index) != f"{prefix}{index}{suffix}" for index in (0, 10, 12345)):
+        return None, ""
+    return prefix, suffix
+
+
+def _bytes_view(array: NDArray) -> memoryview | None:
+    """The memory of a C-contiguous array as a flat memoryview of bytes, or None for dtypes
+    without a buffer format (e.g. datetimes)."""
+    try:
+        return array.data.cast("B")
+    except (ValueError, TypeError, NotImplementedError):
+        return None
 
 
 def _rebuild_backend(inline_bytes: int, max_bytes_in_flight: int) -> Backend:

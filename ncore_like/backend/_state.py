@@ -15,8 +15,8 @@ __all__ = ["ArrayState", "RowReader"]
 
 NDArray = np.ndarray[Any, Any]
 
-#: Reads one row by index into ``out`` (or a new array); None where the general path must
-#: decide (an index out of bounds: its error).
+#: Reads one row by index into ``out`` (or a new read-only array); None where the general
+#: path must decide (an index out of bounds: its error).
 RowReader = Callable[[int, NDArray | None], NDArray | None]
 
 

@@ -342,9 +342,7 @@ class Array(_ArrayNode):
         if reader is not None and type(selection) is int:
             row = reader(selection, out)
             if row is not None:
-                if out is None:
-                    row.setflags(write=False)
-                return row
+                return row  # read-only unless it is out
         # The error handling is written out: a context manager costs a noticeable share of
         # a one-chunk read.
         if out is not None:
