@@ -418,6 +418,46 @@ def test_durable_writers_start_writing_back_what_they_wrote_as_they_go(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_the_write_back_is_asked_on_a_thread_of_its_own_with_a_descriptor_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sync_file_range blocks while the device's queue is full: the writing thread must never
+    # wait for it, and the archive's descriptor may be closed before the request is served.
+    import threading
+    import time
+
+    from ncore_like.archive import _writer
+
+    served: list[tuple[str, int, str]] = []
+    started = threading.Event()
+    release = threading.Event()
+
+    def blocking(fd: int, offset: int, count: int) -> int:
+        started.set()
+        release.wait(30)  # a congested device
+        served.append((threading.current_thread().name, fd, os.readlink(f"/proc/self/fd/{fd}")))
+        return 0
+
+    monkeypatch.setattr(_writer, "_writeback_function", (blocking,))
+    monkeypatch.setattr(_writer, "_writeback_requests", None)  # a thread serving `blocking`
+    path = tmp_path / "t.itar"
+    archive = IndexedTarArchive(path, mode="w")
+    archive["big"] = bytes(3 * _writer._WRITEBACK_BYTES)
+    assert started.wait(30)
+    archive["more"] = bytes(3 * _writer._WRITEBACK_BYTES)  # doesn't wait for the first request
+    archive.close()  # nor does closing
+    release.set()
+    deadline = time.monotonic() + 30
+    while len(served) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [name for name, _, _ in served] == ["ncore_like-writeback"] * 2
+    # Each a duplicate of the archive's descriptor, still open after the archive closed
+    # (and published: the file has its final name by then).
+    assert all(target == str(path) for _, _, target in served), served
+    assert IndexedTarArchive(path)["more"] == bytes(3 * _writer._WRITEBACK_BYTES)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
 def test_the_writeback_call_is_the_kernels(tmp_path: Path) -> None:
     from ncore_like.archive._writer import _find_writeback
 
