@@ -167,12 +167,7 @@ class WritingArchive(ArchiveBase):
                     raise self._exists_error(key)
                 keys.append(key)
                 payloads.append(payload)
-            if len(set(keys)) != len(keys):
-                seen: set[str] = set()
-                for key in keys:
-                    if key in seen:
-                        raise self._exists_error(key)
-                    seen.add(key)
+            self._refuse_repeated(keys)
             self._metadata.update(metadata)
             offsets: list[int] = []
             try:
@@ -181,6 +176,15 @@ class WritingArchive(ArchiveBase):
                 append = self.table.append
                 for key, offset, payload in zip(keys, offsets, payloads, strict=False):
                     append(key, offset, len(payload))
+
+    def _refuse_repeated(self, keys: Sequence[str]) -> None:
+        """Raises the error of the first key given twice in ``keys`` (write-once)."""
+        if len(set(keys)) != len(keys):
+            seen: set[str] = set()
+            for key in keys:
+                if key in seen:
+                    raise self._exists_error(key)
+                seen.add(key)
 
     def _write_packed(self, packed: PackedRecords) -> None:
         """:meth:`write_many` of records packed as tar members (the same bytes, the same
@@ -193,12 +197,7 @@ class WritingArchive(ArchiveBase):
             # Taken keys first, then keys given twice, as write_many reports them.
             if not positions.keys().isdisjoint(keys):
                 raise self._exists_error(next(key for key in keys if key in positions))
-            if len(set(keys)) != len(keys):
-                seen: set[str] = set()
-                for key in keys:
-                    if key in seen:
-                        raise self._exists_error(key)
-                    seen.add(key)
+            self._refuse_repeated(keys)
             start = self._writer.append_packed(packed)
             self.table.extend(keys, [start + offset for offset in packed.offsets], packed.sizes)
 
