@@ -116,7 +116,8 @@ def validate_key(key: object, archive: str) -> str:
         and "\\" not in key
     ):
         # Most keys (chunk keys) at half the cost: no component can be empty, "." or ".."
-        # when none starts with a dot and no slash leads, trails or doubles.
+        # when none starts with a dot and no slash leads, trails or doubles (for a batch:
+        # _NOT_PLAIN_KEY_MARKS).
         return key
     if not isinstance(key, str):
         raise InvalidKeyError(f"record keys are strings, got {type(key).__name__}", archive=archive)
@@ -137,9 +138,10 @@ def validate_key(key: object, archive: str) -> str:
     return key
 
 
-#: What a key that :func:`validate_key` refuses shows among keys each preceded and followed
-#: by a NUL: an empty key or component, an absolute key, a "." or ".." component, a backslash.
-_BAD_KEY_MARKS = ("\0\0", "\0/", "/\0", "//", "\\", "/./", "/../", "\0./", "/.\0", "\0.\0", "\0../", "/..\0", "\0..\0")
+#: Among keys each preceded and followed by a NUL, what a key outside :func:`validate_key`'s
+#: short path shows: an empty key, a leading dot or slash, a trailing or double slash, a
+#: component starting with a dot, a backslash (the same rule, for a batch at once).
+_NOT_PLAIN_KEY_MARKS = ("\0\0", "\0/", "\0.", "/\0", "//", "/.", "\\")
 
 
 def validate_keys(keys: Sequence[str], archive: str) -> None:
@@ -149,7 +151,7 @@ def validate_keys(keys: Sequence[str], archive: str) -> None:
     that fails them is checked key by key for the error."""
     if all(map(str.__instancecheck__, keys)):
         joined = "\0" + "\0".join(keys) + "\0"
-        if joined.count("\0") == len(keys) + 1 and not any(mark in joined for mark in _BAD_KEY_MARKS):
+        if joined.count("\0") == len(keys) + 1 and not any(mark in joined for mark in _NOT_PLAIN_KEY_MARKS):
             return
     for key in keys:
         validate_key(key, archive)
