@@ -575,7 +575,7 @@ class PackedRecords(Sequence[tuple[str, memoryview]]):
     :attr:`data` and counts the records, a few calls for the whole batch. Also a sequence
     of ``(key, payload)`` pairs, so anything that writes batches of records writes it."""
 
-    __slots__ = ("checksums", "crcs", "data", "has_node_metadata", "keys", "offsets", "sizes")
+    __slots__ = ("crcs", "data", "has_node_metadata", "keys", "offsets", "sizes")
 
     def __init__(
         self, keys: list[str], data: bytes, offsets: list[int], sizes: list[int], crcs: list[int] | None
@@ -588,9 +588,13 @@ class PackedRecords(Sequence[tuple[str, memoryview]]):
         self.sizes = sizes
         self.crcs = crcs
         """The payloads' CRC32C (in their headers), None if packed without checksums."""
-        self.checksums = crcs is not None
         self.has_node_metadata = has_node_metadata_key(keys)
         """True if a key is node metadata's (which archives hold until they close)."""
+
+    @property
+    def checksums(self) -> bool:
+        """True if packed with checksums."""
+        return self.crcs is not None
 
     def __len__(self) -> int:
         return len(self.keys)
