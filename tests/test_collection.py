@@ -5,6 +5,8 @@ locations; and PyTorch DataLoader workers sampling frames across them."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,59 @@ def test_a_remote_collection_by_glob(s3_bucket: UPath) -> None:
     assert len(collection) == 3
     assert [collection.read(number, "front/0001/0")[:2] for number in range(3)] == [bytes([n, 1]) for n in range(3)]
     assert collection.open_count == 1
+
+
+@pytest.mark.s3
+def test_a_remote_glob_matches_as_fsspec_and_lists_once(s3_bucket: UPath, s3_proxy: ServerProcess) -> None:
+    """The objects a remote pattern names are fsspec's glob's; a pattern with its wildcards in
+    its last part costs one listing (fsspec's glob asks three times on S3), and a folder whose
+    name matches is not an archive."""
+    import s3fs  # type: ignore[import-untyped,unused-ignore]
+
+    names = ["seq-0.itar", "seq-1.itar", "seq-2.itar", "seq-10.itar", ".seq-3.itar", "other.txt", "sub/seq-4.itar"]
+    for name in names:
+        (s3_bucket / name).write_bytes(b"not opened")
+    options = dict(s3_bucket.storage_options)
+    base = str(s3_bucket).rstrip("/")
+    oracle = s3fs.S3FileSystem(**options)
+    for pattern in ["seq-*.itar", "seq-?.itar", "seq-[02].itar", "seq-[!0]*.itar", "*.itar", "*/seq-*.itar"]:
+        s3_proxy.clear_requests()
+        found = ArchiveCollection(f"{base}/{pattern}", storage_options=options).locations
+        if "/" not in pattern:
+            assert [(r["method"], r["range"]) for r in settle(s3_proxy)] == [("GET", None)], pattern
+        assert found == sorted(f"s3://{path}" for path in oracle.glob(f"{base[len('s3://') :]}/{pattern}")), pattern
+    (s3_bucket / "seq-5.itar" / "inside").write_bytes(b"a folder's object")
+    assert f"{base}/seq-5.itar" not in ArchiveCollection(f"{base}/seq-*.itar", storage_options=options).locations
+    with pytest.raises(ValueError, match="no archive matches"):
+        ArchiveCollection(f"{base}/nothing-*.itar", storage_options=options)
+    with pytest.raises(ValueError, match="no archive matches"):
+        ArchiveCollection(f"{base}/no-such-folder/*.itar", storage_options=options)
+
+
+@pytest.mark.s3
+def test_a_remote_glob_and_the_reads_share_one_client(s3_bucket: UPath) -> None:
+    """Listing a pattern and reading the archives it names set up one S3 client (~0.1 s each),
+    in a fresh process (no filesystem object cached)."""
+    write_sequences(s3_bucket, 2)
+    script = f"""
+import s3fs
+clients = []
+setup = s3fs.S3FileSystem.set_session
+
+async def counted(self, *args, **kwargs):
+    if self._s3 is None:
+        clients.append(id(self))
+    return await setup(self, *args, **kwargs)
+
+s3fs.S3FileSystem.set_session = counted
+from ncore_like import ArchiveCollection
+collection = ArchiveCollection({str(s3_bucket / "seq-*.itar")!r}, storage_options={dict(s3_bucket.storage_options)!r})
+assert [collection.read(n, "front/0001/0")[:2] for n in range(2)] == [bytes([n, 1]) for n in range(2)]
+print(len(clients))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1"]
 
 
 def test_dataloader_workers_sample_across_archives(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import os
 import threading
 import weakref
@@ -22,7 +23,7 @@ from ._location import Location
 from ._retry import RetryPolicy, ShortBody
 from ._sources import remote_errors, remote_failure, truncated
 
-__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource"]
+__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "glob_remote", "reading_filesystem"]
 
 T = TypeVar("T")
 
@@ -43,6 +44,81 @@ def _is_async(fs: Any) -> bool:
     import fsspec.asyn
 
     return isinstance(fs, fsspec.asyn.AsyncFileSystem)
+
+
+def reading_filesystem(upath: Any, retry: RetryPolicy) -> Any:
+    """The filesystem object archives at ``upath`` are read (and listed) with: made with the
+    retry policy's options, and found again by the filesystem object of the user's options,
+    which the ``UPath`` keeps (a lookup in fsspec's instance cache tokenizes the options, tens
+    of microseconds of every opening). One object per options means one client: on S3 its
+    setup costs ~0.1 s."""
+    theirs = upath.fs
+    try:
+        ours = _reading_filesystems.get(theirs)
+    except TypeError:  # unhashable, or without weak references: made each time
+        ours = None
+    if ours is None:
+        protocol, given = upath.protocol, dict(upath.storage_options)
+        options = retry.storage_options(protocol, given)
+        if options == given:
+            ours = theirs
+        else:
+            import fsspec
+
+            ours = fsspec.filesystem(protocol, **options)
+        retry.configure(ours)
+        with contextlib.suppress(TypeError):
+            _reading_filesystems[theirs] = ours
+    return ours
+
+
+def glob_remote(location: Location, retry: RetryPolicy) -> list[str]:
+    """The URLs of the objects that the remote glob pattern ``location`` names (unsorted),
+    listed under ``retry`` by the filesystem object the archives are then read with.
+
+    A pattern whose wildcards are all in its last part (``s3://fleet/2026-05/*.itar``) costs
+    one listing of its folder; fsspec's general glob asks more (on S3 it also checks the
+    bucket and lists again: three round trips where one does).
+    """
+    upath = location.upath
+    fs = reading_filesystem(upath, retry)
+    pattern: str = upath.path
+    folder, _, last = pattern.rpartition("/")
+    if folder and not _has_wildcard(folder) and _has_wildcard(last) and "**" not in last:
+
+        def matching(entries: list[dict[str, Any]]) -> list[str]:
+            return [
+                str(entry["name"])
+                for entry in entries
+                if entry.get("type") == "file" and fnmatch.fnmatchcase(str(entry["name"]).rpartition("/")[2], last)
+            ]
+
+        paths = matching(_listing(fs, retry, location.name, "ls", folder, detail=True))
+    else:
+        paths = list(_listing(fs, retry, location.name, "glob", pattern))
+    return [f"{upath.protocol}://{path}" for path in paths]
+
+
+def _has_wildcard(text: str) -> bool:
+    return any(mark in text for mark in "*?[")
+
+
+def _listing(fs: Any, retry: RetryPolicy, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``fs.<method>(*args, **kwargs)`` under the retry policy; a missing folder lists nothing."""
+
+    async def once() -> Any:
+        try:
+            if _is_async(fs):
+                return await await_on_loop(getattr(fs, f"_{method}")(*args, **kwargs), fsspec_loop(fs))
+            return await asyncio.to_thread(getattr(fs, method), *args, **kwargs)
+        except FileNotFoundError:
+            return []
+
+    async def retried() -> Any:
+        with remote_errors(name):
+            return await retry.run(once, name, "the listing")
+
+    return sync(retried(), fsspec_loop(fs) if _is_async(fs) else io_loop())
 
 
 class FsspecSource:
@@ -74,28 +150,8 @@ class FsspecSource:
         self._remote = _is_async(self._fs)
 
     def _open_filesystem(self, upath: Any) -> tuple[Any, Any]:
-        """The ``UPath`` to read and its filesystem object, made with the retry policy's
-        options: found again by the filesystem object of the user's options, which the
-        ``UPath`` keeps (a lookup in fsspec's instance cache tokenizes the options, tens of
-        microseconds of every opening)."""
-        theirs = upath.fs
-        try:
-            ours = _reading_filesystems.get(theirs)
-        except TypeError:  # unhashable, or without weak references: made each time
-            ours = None
-        if ours is None:
-            protocol, given = upath.protocol, dict(upath.storage_options)
-            options = self._retry.storage_options(protocol, given)
-            if options == given:
-                ours = theirs
-            else:
-                import fsspec
-
-                ours = fsspec.filesystem(protocol, **options)
-            self._retry.configure(ours)
-            with contextlib.suppress(TypeError):
-                _reading_filesystems[theirs] = ours
-        return upath, ours
+        """The ``UPath`` to read and its filesystem object (see :func:`reading_filesystem`)."""
+        return upath, reading_filesystem(upath, self._retry)
 
     @property
     def is_remote(self) -> bool:

@@ -76,7 +76,7 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             raise ValueError(f"max_open must be positive, got {max_open}")
         options = dict(storage_options or {})
         if isinstance(locations, str | PurePath):
-            locations = _expand(str(locations), options)
+            locations = _expand(str(locations), options, retry or DEFAULT_RETRY)
         self._locations: list[str] = [str(location) for location in locations]
         self._options = options
         self._max_open = max_open
@@ -178,8 +178,9 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         return f"<ArchiveCollection of {len(self)} archives, {self.open_count} open>"
 
 
-def _expand(pattern: str, options: dict[str, Any]) -> list[str]:
-    """The archives a glob pattern names, sorted; ValueError if none."""
+def _expand(pattern: str, options: dict[str, Any], retry: RetryPolicy) -> list[str]:
+    """The archives a glob pattern names, sorted; ValueError if none. Remote ones are listed
+    with the filesystem object (and so the client) their archives are then read with."""
     found: list[str]
     location = Location(pattern, options or None) if is_url(pattern) else None
     if location is None:
@@ -187,8 +188,9 @@ def _expand(pattern: str, options: dict[str, Any]) -> list[str]:
     elif location.local is not None:
         found = sorted(globbing.glob(location.local))
     else:
-        upath = location.upath
-        found = sorted(f"{upath.protocol}://{path}" for path in upath.fs.glob(upath.path))
+        from ..archive._remote import glob_remote  # asyncio and fsspec: for remote patterns only
+
+        found = sorted(glob_remote(location, retry))
     if not found:
         raise ValueError(f"{pattern}: no archive matches")
     return found
