@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +364,50 @@ def test_persistent_workers_follow_the_state(fleet: SampleIndex) -> None:
 def test_dataloader_workers(fleet: SampleIndex, context: str) -> None:
     seen, _ = run_ranks(fleet, world=1, workers=2, batches=None, context=context)
     assert seen[0] == list(TrainingDataset(fleet, seed=11).rank_samples())
+
+
+def _own_reads_fail(worker: int) -> None:
+    """A worker's own reads fail (when their bytes are waited for): it can only hand out what
+    it was given when it started."""
+    dataset = torch.utils.data.get_worker_info().dataset
+
+    def refuse(plan: Any) -> list[tuple[list[int], Future[list[bytes]]]]:
+        failed: Future[list[bytes]] = Future()
+        failed.set_exception(OSError(f"worker {worker} read for itself"))
+        return [(list(range(len(plan.spans))), failed)]
+
+    dataset._reader._submit = refuse
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_forked_workers_start_with_batches_read_before_the_fork(
+    fleet: SampleIndex, context: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader reads each worker's first batch before forking the workers, which hand it
+    out without a read of their own (their start-up runs meanwhile); the loader keeps no
+    copy. Spawned workers inherit nothing: nothing is read for them."""
+    prereads: list[int] = []
+    original = TrainingDataset.read_first_groups
+
+    def counted(self: TrainingDataset, workers: int) -> None:
+        prereads.append(workers)
+        original(self, workers)
+
+    monkeypatch.setattr(TrainingDataset, "read_first_groups", counted)
+    dataset = TrainingDataset(fleet, seed=3, block_size=2)
+    loader = TrainingLoader(
+        dataset, batch_size=4, num_workers=2, multiprocessing_context=context, worker_init_fn=_own_reads_fail,
+        timeout=120,
+    )  # fmt: skip
+    expected = list(TrainingDataset(fleet, seed=3, block_size=2).rank_samples())
+    batches = iter(loader)
+    if context == "fork":
+        first = [next(batches)["number"].tolist() for _ in range(2)]  # one from each worker
+        assert first == [expected[:4], expected[4:8]]
+        assert prereads == [2] and dataset._reader._read_ahead == {}
+    with pytest.raises(OSError, match="read for itself"):
+        next(batches)
+    assert prereads == ([2] if context == "fork" else [])
 
 
 def test_plain_dataloader_needs_the_batch_size(fleet: SampleIndex) -> None:

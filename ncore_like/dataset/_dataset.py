@@ -235,6 +235,17 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             )
         if self._pass is None:
             self.start_pass(workers)
+        count = not in_worker and not self._counted_by_loader
+        for sample in self._reader.stream(self._worker_groups(worker, workers)):
+            if count:
+                self._delivered += 1  # handed out: consumed
+            yield sample
+        if in_worker or not self._counted_by_loader:
+            self.end_epoch()
+
+    def _worker_groups(self, worker: int, workers: int) -> list[list[int]]:
+        """The groups of samples (read together) of DataLoader worker ``worker`` of ``workers``
+        in the current pass, in the order it reads them."""
         stream = self._stream()
         batch = self.batch_size or DEFAULT_GROUP
         units = worker_units(len(stream), workers, batch, self._unit)[worker]
@@ -243,13 +254,21 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             # The first batch on its own (a request per sample, the rest of its blocks with one
             # each): it comes as soon as its own samples are there, not the whole window.
             groups[:1] = [groups[0][:batch], groups[0][batch:]]
-        count = not in_worker and not self._counted_by_loader
-        for sample in self._reader.stream(groups):
-            if count:
-                self._delivered += 1  # handed out: consumed
-            yield sample
-        if in_worker or not self._counted_by_loader:
-            self.end_epoch()
+        return groups
+
+    def read_first_groups(self, workers: int) -> None:
+        """Reads the first group of samples of each of ``workers`` DataLoader workers now, in
+        this process, for workers forked from it (which inherit the bytes):
+        :class:`~ncore_like.dataset.TrainingLoader` does it before starting them. A worker
+        then hands out its first batch without waiting for its own start-up (its imports,
+        its storage client, its first connections: ~0.3 s on S3), while that start-up runs.
+        :meth:`forget_first_groups` drops the bytes in this process."""
+        groups = [self._worker_groups(worker, workers)[:1] for worker in range(workers)]
+        self._reader.read_ahead([found[0] for found in groups if found])
+
+    def forget_first_groups(self) -> None:
+        """Drops what :meth:`read_first_groups` read and no reader here took."""
+        self._reader.forget_read_ahead()
 
     def end_epoch(self) -> None:
         """Moves to the beginning of the next epoch (what a pass that ran to its end does)."""

@@ -8,6 +8,7 @@ from the split (see ``_order.delivery``).
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,16 @@ except ImportError as error:  # pragma: no cover - the tests run with torch
     ) from error
 
 __all__ = ["TrainingLoader"]
+
+
+def _forks(context: Any) -> bool:
+    """True if workers of a DataLoader with this ``multiprocessing_context`` are forked
+    (and so inherit the memory of the process that starts them)."""
+    if context is None:  # the start method set, else the platform's default (the first listed)
+        chosen = multiprocessing.get_start_method(allow_none=True)
+        return (chosen or multiprocessing.get_all_start_methods()[0]) == "fork"
+    method = context if isinstance(context, str) else context.get_start_method()
+    return bool(method == "fork")
 
 
 class TrainingLoader(DataLoader):  # type: ignore[type-arg]
@@ -62,8 +73,15 @@ class TrainingLoader(DataLoader):  # type: ignore[type-arg]
         sizes = dataset.batch_sizes()
         dataset._counted_by_loader = True
         self._workers_state = None  # unknown until this pass runs to its end
+        starts_workers = self.num_workers > 0 and (not self.persistent_workers or self._iterator is None)
+        if starts_workers and _forks(self.multiprocessing_context):
+            dataset.read_first_groups(self.num_workers)  # the workers inherit the bytes
         try:
-            for number, batch_data in enumerate(super().__iter__()):
+            batches = super().__iter__()  # starts the workers
+        finally:
+            dataset.forget_first_groups()
+        try:
+            for number, batch_data in enumerate(batches):
                 if number < len(sizes):
                     dataset.count_delivered(sizes[number])
                 yield batch_data

@@ -85,6 +85,8 @@ class SampleReader:
         self._stored = [(name, f) for name, f in index.fields.items() if isinstance(f, Rows | Blob)]
         self._collection: ArchiveCollection | None = None
         self._lock = threading.Lock()
+        # Plans read by read_ahead, by their samples: taken by the first stream that plans them.
+        self._read_ahead: dict[tuple[int, ...], tuple[_Plan, list[bytes]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"index": self._index, "verify": self._verify_setting, "budget": self._budget}
@@ -241,6 +243,29 @@ class SampleReader:
             collection = self._collection
         return collection.root(sequence)
 
+    def read_ahead(self, groups: Iterable[Sequence[int]]) -> None:
+        """Reads the first plan of each of ``groups`` now (all in flight together) and keeps
+        the bytes for :meth:`stream`, which takes a plan's bytes from here instead of reading
+        them: what a process reads before forking workers that will stream those groups. The
+        bytes are not pickled (a spawned worker reads for itself)."""
+        plans = [next(self._split(group)) for group in groups if len(group)]
+        started = [(plan, self._submit(plan)) for plan in plans]
+        for plan, jobs in started:
+            self._read_ahead[tuple(plan.numbers)] = (plan, self._collect(plan, jobs))
+
+    def forget_read_ahead(self) -> None:
+        """Drops the bytes :meth:`read_ahead` kept that no stream took."""
+        self._read_ahead = {}
+
+    def _start(self, plan: _Plan) -> list[tuple[list[int], Future[list[bytes]]]]:
+        """The reads of ``plan``: from what :meth:`read_ahead` kept, or started now."""
+        kept = self._read_ahead.pop(tuple(plan.numbers), None) if self._read_ahead else None
+        if kept is None:
+            return self._submit(plan)
+        done: Future[list[bytes]] = Future()
+        done.set_result(kept[1])
+        return [(list(range(len(plan.spans))), done)]
+
     def read(self, numbers: Sequence[int]) -> list[dict[str, Any]]:
         """The samples ``numbers``, all their reads in flight together."""
         plans = [(plan, self._submit(plan)) for plan in self._split(numbers)]
@@ -262,7 +287,7 @@ class SampleReader:
                         done, jobs = pending.popleft()
                         yield from self._finish(done, self._collect(done, jobs))
                         held -= done.nbytes
-                    pending.append((plan, self._submit(plan)))
+                    pending.append((plan, self._start(plan)))
                     held += plan.nbytes
             while pending:
                 done, jobs = pending.popleft()
