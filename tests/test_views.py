@@ -132,6 +132,22 @@ def _reopen_for_consolidation(path: Path) -> IndexedTarZarrStore:
     return store
 
 
+@settings(max_examples=200, deadline=None)
+@given(value=st.binary(max_size=40), itemsize=st.integers(1, 32), zarr_format=st.sampled_from([2, 3]))
+def test_a_bytes_fill_value_is_numpys_element_of_the_dtype(value: bytes, itemsize: int, zarr_format: int) -> None:
+    """A fixed-size bytes fill value (base64 in the metadata) is what numpy makes of the
+    decoded bytes as an element of the dtype (cut to its size, trailing NULs dropped)."""
+    import base64
+
+    from ncore_like.store._metadata import _fill_value
+
+    dtype = np.dtype(f"S{itemsize}")
+    found, why = _fill_value(base64.standard_b64encode(value).decode(), dtype, zarr_format)  # type: ignore[arg-type]
+    expected = np.array(value, dtype=dtype)[()]
+    assert why is None and type(found) is type(expected)
+    assert found == expected and found.dtype == expected.dtype
+
+
 def test_lookups_and_fast_reads_build_no_zarr_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "a.itar"
     frames = {f"{i:03d}": np.arange(i, i + 64, dtype=np.uint8) for i in range(5)}

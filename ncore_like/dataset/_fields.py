@@ -164,13 +164,21 @@ def _fill_hex(view: Any) -> str:
     return bytes(np.asarray(value, stored).tobytes()).hex()
 
 
-def _array(root: Group, path: str, where: str) -> Array:
+def _array_or_none(root: Group, path: str, where: str) -> Array | None:
+    """The array at ``path``, None if there is no node there (ValueError for a group)."""
     from ..nodes import Array
 
     node = root.get(path)
-    if not isinstance(node, Array):
-        raise ValueError(f"{where}: no array {path!r}" if node is None else f"{where}: {path!r} is a group, no array")
+    if node is not None and not isinstance(node, Array):
+        raise ValueError(f"{where}: {path!r} is a group, no array")
     return node
+
+
+def _array(root: Group, path: str, where: str) -> Array:
+    array = _array_or_none(root, path, where)
+    if array is None:
+        raise ValueError(f"{where}: no array {path!r}")
+    return array
 
 
 def resolve_rows(field: Rows, root: Group, where: str) -> Resolved:
@@ -205,9 +213,10 @@ def resolve_blobs(field: Blob, root: Group, where: str) -> Resolved:
     index = 0
     while True:
         path = field.pattern.format(i=index)
-        if path not in root:
+        blob = _array_or_none(root, path, where)
+        if blob is None:
             break
-        view = _checked_view(_array(root, path, where), f"blob {path!r}", where)
+        view = _checked_view(blob, f"blob {path!r}", where)
         shape, dtype = view.shape, view.dtype
         if not ((not shape and dtype.kind == "S") or (len(shape) == 1 and dtype == np.uint8)):
             raise ValueError(f"{where}: {path!r} (dtype {dtype}, shape {shape}) is no blob; use Rows or a function")

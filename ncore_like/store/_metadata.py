@@ -69,7 +69,10 @@ def _fill_value(value: Any, dtype: np.dtype[Any], zarr_format: ZarrFormat) -> tu
         if dtype.kind == "S":
             if not isinstance(value, str):
                 return None, f"fill value {value!r}"
-            return np.array(base64.standard_b64decode(value), dtype=dtype)[()], None
+            # What np.array(decoded, dtype)[()] is (cut to the itemsize, trailing NULs dropped),
+            # without allocating an element: a 100 KB blob's "" fill took ~30 us.
+            decoded = base64.standard_b64decode(value)[: dtype.itemsize].rstrip(b"\0")
+            return dtype.type(decoded), None
         if isinstance(value, str):
             if value not in _FLOAT_WORDS or dtype.kind not in "fc":
                 return None, f"fill value {value!r}"
