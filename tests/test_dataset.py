@@ -503,6 +503,44 @@ def test_s3_blocks_are_read_with_a_request_each(s3_bucket: UPath, s3_proxy: Serv
     assert dataset.mixing(4, epoch=0) >= 2.5  # batches of 4 from 4 blocks (of 4 sequences)
 
 
+def test_blocks_get_a_budget_of_two_windows_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a byte budget, a dataset of blocks keeps two windows of them (when more than
+    the default), so that each block is one read; a budget given is kept (here one that cuts
+    windows in parts: more reads, the same samples)."""
+    import ncore_like.dataset._dataset as dataset_module
+    from ncore_like.archive._ranges import ArchiveRanges
+
+    write_fleet(tmp_path, [16, 16, 16, 16])
+    fields = {"image": FIELDS["image"], "lidar": "lidar", "number": SampleNumber()}  # written one after the other
+    index = SampleIndex.build(str(tmp_path / "*.itar"), fields)
+    monkeypatch.setattr(dataset_module, "DEFAULT_BYTE_BUDGET", 8192)  # less than two windows of this fleet
+    reads: list[tuple[int, int, int]] = []
+    read = ArchiveRanges.read
+
+    def counted(self: ArchiveRanges, archive: int, offset: int, size: int) -> bytes:
+        reads.append((archive, offset, size))
+        return read(self, archive, offset, size)
+
+    monkeypatch.setattr(ArchiveRanges, "read", counted)
+    window = 4 * 4 * max(index.stored_bytes([number]) for number in range(len(index)))
+    orders = []
+    for budget, most in ((None, 64 // 4 + 4), (8192, None)):
+        reads.clear()
+        dataset = TrainingDataset(index, seed=2, block_size=4, batch_size=1, byte_budget=budget)
+        dataset.batch_size = 4  # set after construction, as TrainingLoader does
+        assert dataset.byte_budget == (int(2 * window) if budget is None else budget) and window > 8192 / 2
+        samples = list(dataset)
+        orders.append(numbers(samples))
+        assert orders[-1] == list(dataset.order(0))
+        if most is not None:
+            assert len(reads) <= most  # a read per block; the first batch on its own
+        else:
+            assert len(reads) > 64 // 4 + 4
+    assert orders[0] == orders[1]
+    with pytest.raises(ValueError, match="byte_budget must be positive"):
+        TrainingDataset(index, block_size=4, byte_budget=0)
+
+
 @pytest.mark.s3
 def test_s3_through_the_record_cache(s3_bucket: UPath, s3_proxy: ServerProcess, tmp_path: Path) -> None:
     pattern = s3_fleet(s3_bucket, [6, 6])

@@ -24,11 +24,14 @@ from ._reader import SampleReader
 if TYPE_CHECKING:
     from ._index import SampleIndex
 
-__all__ = ["DEFAULT_BYTE_BUDGET", "SampleView", "TrainingDataset"]
+__all__ = ["DEFAULT_BYTE_BUDGET", "MAX_BLOCK_BUDGET", "SampleView", "TrainingDataset"]
 
 #: Bytes of records each reading process keeps in flight or read ahead: a few batches of
 #: camera frames and lidar sweeps, enough for a round trip of 20-100 ms at hundreds of MB/s.
 DEFAULT_BYTE_BUDGET = 64 << 20
+#: The most a reading process keeps by default with blocks (two windows of them; see
+#: :attr:`TrainingDataset.byte_budget`).
+MAX_BLOCK_BUDGET = 1 << 30
 #: Samples read together (and their neighbours coalesced) when no batch size is known.
 DEFAULT_GROUP = 16
 _STATE_FORMAT = "ncore_like.TrainingDataset/2"
@@ -83,8 +86,8 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         world_size: The number of ranks (with ``rank``).
         verify_checksums: Check every record against its CRC32C (on by default; ``False``
             saves the checksum's share of a local read).
-        byte_budget: Bytes each reading process keeps in flight or read ahead (at least a
-            block's worth of batches, ``block_size * batch_size`` samples, to read blocks whole).
+        byte_budget: Bytes each reading process keeps in flight or read ahead; default: see
+            :attr:`byte_budget`.
 
     Iterating yields dicts, one entry per field. ``len()`` is the number of samples this rank
     reads in the current epoch from where it stands.
@@ -102,7 +105,7 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         rank: int | None = None,
         world_size: int | None = None,
         verify_checksums: bool | None = True,
-        byte_budget: int = DEFAULT_BYTE_BUDGET,
+        byte_budget: int | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -121,7 +124,10 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         self._placement = None if rank is None or world_size is None else (int(rank), int(world_size))
         if self._placement is None:
             self._placement = _distributed()
-        self._reader = SampleReader(index, verify_checksums=verify_checksums, byte_budget=byte_budget)
+        if byte_budget is not None and byte_budget < 1:
+            raise ValueError(f"byte_budget must be positive, got {byte_budget}")
+        self._byte_budget = byte_budget
+        self._reader = SampleReader(index, verify_checksums=verify_checksums, byte_budget=self.byte_budget)
         self._epoch = 0
         self._segments: list[Segment] = []  # the passes of this epoch before the current one
         self._spread: int | None = None  # blocks per window of this epoch's order (fixed by its first pass)
@@ -165,6 +171,21 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             self._epoch, self._segments, self._spread, self._delivered = int(epoch), [], None, 0
 
     @property
+    def byte_budget(self) -> int:
+        """Bytes each reading process keeps in flight or read ahead: the one given, else
+        :data:`DEFAULT_BYTE_BUDGET` (64 MiB) or, with blocks, two windows of them
+        (``2 * block_size * batch_size`` samples of the index's largest) if that is more,
+        at most :data:`MAX_BLOCK_BUDGET` (1 GiB). A window is read with a request per block
+        only when it fits in half the budget (else it is read in parts, a request per block
+        and part)."""
+        if self._byte_budget is not None:
+            return self._byte_budget
+        if self._unit == 1 or not len(self.index):
+            return DEFAULT_BYTE_BUDGET
+        window = self._unit * (self.batch_size or DEFAULT_GROUP) * int(self.index.sample_bytes().max())
+        return int(min(MAX_BLOCK_BUDGET, max(DEFAULT_BYTE_BUDGET, 2 * window)))
+
+    @property
     def _unit(self) -> int:
         return self.block_size if self.block_size > 1 else 1
 
@@ -200,6 +221,7 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         if self._spread is None:
             self._spread = self._spread_now()
         self._pass = (self.world_size, max(1, workers), self.batch_size or DEFAULT_GROUP, self._unit)
+        self._reader.byte_budget = self.byte_budget  # the batch size may have changed
 
     def rank_samples(self) -> np.ndarray[Any, Any]:
         """The samples this rank reads from where it stands, in the order they arrive in this

@@ -191,10 +191,18 @@ class SampleIndex:
         """The path or URL of a sequence's archive."""
         return self.archives[sequence].location
 
-    def stored_bytes(self, numbers: Iterable[int]) -> int:
-        """The bytes of the records of these samples (their stored fields)."""
-        picked = np.fromiter(numbers, dtype=np.int64)
-        return int(sum(np.maximum(table.sizes[picked], 0).sum() for table in self.tables.values()))
+    def sample_bytes(self, numbers: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
+        """The bytes of the records of each of these samples (their stored fields); of every
+        sample for None."""
+        total = np.zeros(len(self) if numbers is None else len(numbers), dtype=np.int64)
+        for table in self.tables.values():
+            total += np.maximum(table.sizes if numbers is None else table.sizes[numbers], 0)
+        return total
+
+    def stored_bytes(self, numbers: Iterable[int] | None = None) -> int:
+        """The bytes of the records of these samples (their stored fields); of every sample
+        for None."""
+        return int(self.sample_bytes(None if numbers is None else np.fromiter(numbers, dtype=np.int64)).sum())
 
     # -- saving -------------------------------------------------------------------------------
 

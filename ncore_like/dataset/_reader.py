@@ -99,13 +99,13 @@ class SampleReader:
     def byte_budget(self) -> int:
         return self._budget
 
-    # -- planning -----------------------------------------------------------------------------
+    @byte_budget.setter
+    def byte_budget(self, budget: int) -> None:
+        if budget < 1:
+            raise ValueError(f"byte_budget must be positive, got {budget}")
+        self._budget = budget
 
-    def _sample_bytes(self, numbers: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        total = np.zeros(len(numbers), dtype=np.int64)
-        for name, _ in self._stored:
-            total += np.maximum(self._index.tables[name].sizes[numbers], 0)
-        return total
+    # -- planning -----------------------------------------------------------------------------
 
     def _plan(self, numbers: Sequence[int]) -> _Plan:
         index = self._index
@@ -144,7 +144,7 @@ class SampleReader:
         limit = max(1, self._budget // 2)
         picked = np.asarray(group, dtype=np.int64)
         start, held = 0, 0
-        for position, size in enumerate(self._sample_bytes(picked).tolist()):
+        for position, size in enumerate(self._index.sample_bytes(picked).tolist()):
             if position > start and held + size > limit:
                 yield self._plan(picked[start:position].tolist())
                 start, held = position, 0
