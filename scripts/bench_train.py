@@ -441,9 +441,23 @@ def bench_loaders(run: bench.Run[Config]) -> list[Row]:
                         "storage_options": None if name.endswith("local") else options,
                         "wds_urls": wds_urls,
                     }
-                    proxy.clear_requests()
-                    found = child(spec, run.tmp)
+                    found = None
+                    for attempt in range(1 if name.startswith("ncore_like") else 2):
+                        # A peer that fails (MosaicML Streaming once read a shard as empty) runs once
+                        # more; failing again, it is left out of the round, with a note.
+                        proxy.clear_requests()
+                        shutil.rmtree(cache, ignore_errors=True)
+                        try:
+                            found = child(spec, run.tmp)
+                            break
+                        except RuntimeError as error:
+                            if name.startswith("ncore_like"):
+                                raise
+                            last = str(error).strip().splitlines()[-1][:200]
+                            NOTES.append(f"{name} failed in round {round_ + 1} (attempt {attempt + 1}): {last}")
                     shutil.rmtree(cache, ignore_errors=True)
+                    if found is None:
+                        continue
                     requests = [r for r in proxy.requests() if r["method"] in ("GET", "HEAD")]
                     measured = results[name]
                     count = sum(len(b) for b in found["batches"])
@@ -462,7 +476,8 @@ def bench_loaders(run: bench.Run[Config]) -> list[Row]:
         .permutation(config.sequences * config.samples)
         .reshape(-1, config.batch)
     )
-    return rows(results, config, stored, wanted, uniform)
+    measured_ones = {name: measured for name, measured in results.items() if measured.samples_per_s}
+    return rows(measured_ones, config, stored, wanted, uniform)
 
 
 def child(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
