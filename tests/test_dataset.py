@@ -125,6 +125,42 @@ def test_saved_index_reads_the_same(fleet: SampleIndex, tmp_path: Path) -> None:
         check_sample(loaded, sample)
 
 
+@pytest.mark.s3
+def test_an_index_saved_beside_the_archives_on_s3(
+    s3_bucket: UPath, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saved to a URL (for ranks on other machines) and loaded from it, the index reads the
+    same samples; a missing one is a FileNotFoundError naming it, a damaged one a ValueError;
+    a failed local save leaves the file that was there."""
+    options = dict(s3_bucket.storage_options)
+    index = SampleIndex.build(s3_fleet(s3_bucket, [5, 7]), FIELDS, storage_options=options)
+    url = str(s3_bucket).rstrip("/") + "/fleet.npz"
+    index.save(url)  # with the index's own storage options
+    loaded = SampleIndex.load(url, storage_options=options)
+    assert [known.location for known in loaded.archives] == [known.location for known in index.archives]
+    samples = SampleView(loaded).__getitems__(list(range(len(loaded))))
+    assert numbers(samples) == list(range(12))
+    for sample in samples:
+        check_sample(loaded, sample)
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        SampleIndex.load(str(s3_bucket).rstrip("/") + "/missing.npz", storage_options=options)
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        SampleIndex.load(tmp_path / "missing.npz")
+    (s3_bucket / "junk.npz").write_bytes(b"not numpy")
+    with pytest.raises(ValueError, match=r"junk\.npz: not a saved sample index"):
+        SampleIndex.load(str(s3_bucket).rstrip("/") + "/junk.npz", storage_options=options)
+    index.save(tmp_path / "fleet.npz")
+    before = (tmp_path / "fleet.npz").read_bytes()
+
+    def fails(source: str, target: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fails)
+    with pytest.raises(OSError, match=r"No space left on device: '.*fleet\.npz'"):
+        SampleIndex.build(s3_fleet(s3_bucket, [3]), FIELDS, storage_options=options).save(tmp_path / "fleet.npz")
+    assert (tmp_path / "fleet.npz").read_bytes() == before and os.listdir(tmp_path) == ["fleet.npz"]
+
+
 def sequence_attribute(group: Any, index: int) -> int:
     return int(group.attributes["sequence"]) * 100 + index
 

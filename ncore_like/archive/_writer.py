@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, overload
 
 from .._concurrency import process_id
+from .._signals import deferred_signals
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
 from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
@@ -80,6 +81,39 @@ _IOV_MAX = 1024
 PARTIAL_SUFFIX = ".partial"
 # errno values of link() on filesystems without hard links (FAT, some FUSE and SMB mounts).
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK})
+
+
+def write_file(target: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> None:
+    """Writes a small file whole: under a temporary name beside ``target``, then renamed into
+    place (without ``overwrite``, only if the name is still free), so that ``target`` is never
+    seen half written and a failure leaves what was there.
+
+    Raises:
+        FileExistsError: Without ``overwrite``, if ``target`` exists.
+    """
+    import tempfile  # (and random): for this path only, not every reader's start
+
+    target = os.fspath(target)
+    folder, name = os.path.split(os.path.abspath(target))
+    os.makedirs(folder, exist_ok=True)
+    temporary = None
+    try:
+        with deferred_signals():  # a temporary file created is a temporary file removed
+            fd, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".ncore-like-tmp")
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        try:
+            if overwrite:
+                os.replace(temporary, target)
+            else:
+                link_no_clobber(temporary, target)
+        except OSError as error:  # it names the temporary file: name the target
+            raise type(error)(error.errno, error.strerror, target) from error
+    except BaseException:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        raise
 
 
 def partial_path(path: str) -> str:

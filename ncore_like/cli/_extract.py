@@ -11,17 +11,14 @@ half-written.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import tempfile
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from .._signals import deferred_signals
 from ..archive import IndexedTarArchive, scan_records
 from ..archive._format import validate_key
-from ..archive._writer import link_no_clobber
+from ..archive._writer import write_file
 from ..errors import InvalidKeyError
 from ..store import is_consolidated_metadata_key
 from ._common import CommandError, Location, add_quiet_option, progress, reporting, select_keys
@@ -122,30 +119,6 @@ def _refuse_existing(archive_name: str, files: dict[str, Path], *, overwrite: bo
         )
 
 
-def _write_file(target: Path, data: bytes, *, overwrite: bool) -> None:
-    """Writes ``target`` under a temporary name beside it, then renames it into place
-    (without ``overwrite``, only if the name is still free)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = None
-    try:
-        with deferred_signals():  # a temporary file created is a temporary file removed
-            fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".ncore-like-tmp")
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        try:
-            if overwrite:
-                os.replace(temporary, target)
-            else:
-                link_no_clobber(temporary, str(target))
-        except OSError as error:  # it names the temporary file: name the one extracted
-            raise type(error)(error.errno, error.strerror, str(target)) from error
-    except BaseException:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     """Writes the files."""
     location = Location.parse(args.archive, args.storage_options)
@@ -167,10 +140,10 @@ def run(args: argparse.Namespace) -> int:
             closing(scan_records(archive, keys)) as reads,
         ):
             for key, data in reads:
-                _write_file(files[key], data, overwrite=args.overwrite)
+                write_file(files[key], data, overwrite=args.overwrite)
                 bar.update(len(data))
         for key, data in consolidated.items():
-            _write_file(files[key], data, overwrite=args.overwrite)
+            write_file(files[key], data, overwrite=args.overwrite)
     return 0
 
 

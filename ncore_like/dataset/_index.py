@@ -11,6 +11,7 @@ job (and the next job) don't each re-open the fleet.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._concurrency import io_loop, sync
-from ..archive import Location, ReadOptions
+from ..archive import Location, ReadOptions, is_url
 from ..archive._cache import CacheOption, RecordCache, as_cache
 from ..archive._ranges import KnownArchive, describe, record_checksums
+from ..archive._sources import remote_errors
+from ..archive._writer import write_file
 from ..nodes import ArchiveCollection, IndexedTarZarrStore
 from ._fields import Blob, Field, FieldLayout, FieldSpec, Rows, SampleNumber, as_field, resolve
 
@@ -206,10 +209,15 @@ class SampleIndex:
 
     # -- saving -------------------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes the index to ``path`` (numpy's ``.npz``): the archives' paths or URLs, the
+    def save(self, path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> None:
+        """Writes the index to ``path`` (numpy's ``.npz``), a local path or a URL (e.g. beside
+        the archives on S3, for ranks on other machines): the archives' paths or URLs, the
         sequences' lengths, the field layouts and the record tables. Storage options (which may
-        hold credentials) and functions are not saved: :meth:`load` takes them."""
+        hold credentials) and functions are not saved: :meth:`load` takes them.
+
+        The file is written whole or not at all: locally under a temporary name, then renamed
+        (a failure leaves what was there); a URL in one upload, with ``storage_options``
+        (default: the index's own)."""
         meta = {
             "format": _FORMAT,
             "archives": [list(known) for known in self.archives],
@@ -221,8 +229,15 @@ class SampleIndex:
         for number, table in enumerate(self.tables.values()):
             for column in ("offsets", "sizes", "crcs", "lengths"):
                 arrays[f"t{number}_{column}"] = getattr(table, column)
-        with open(path, "wb") as file:
-            np.savez(file, **arrays)
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        name = os.fspath(path)
+        if is_url(name):
+            options = self.storage_options if storage_options is None else dict(storage_options)
+            with remote_errors(name):
+                Location(name, options or None).upath.write_bytes(buffer.getvalue())
+        else:
+            write_file(name, buffer.getvalue())
 
     @classmethod
     def load(
@@ -233,16 +248,23 @@ class SampleIndex:
         cache: CacheOption = None,
         functions: Mapping[str, Callable[[Group, int], Any]] | None = None,
     ) -> SampleIndex:
-        """An index saved by :meth:`save`, with the storage options, cache and function
-        fields to read it with (ValueError, naming the file, for a missing function or a file
-        that is no saved index)."""
+        """An index saved by :meth:`save` (a local path or a URL, read with
+        ``storage_options``), with the storage options, cache and function fields to read it
+        with (ValueError, naming the file, for a missing function or a file that is no saved
+        index)."""
         name = os.fspath(path)
+        source: Any = name
+        if is_url(name):  # a missing object or denied access raise as such, naming the URL
+            with remote_errors(name):
+                source = io.BytesIO(Location(name, dict(storage_options or {}) or None).upath.read_bytes())
         try:
-            with np.load(name, allow_pickle=False) as data:
+            with np.load(source, allow_pickle=False) as data:
                 meta = json.loads(bytes(data["meta"]).decode())
                 if meta.get("format") != _FORMAT:
                     raise ValueError(f"{name}: not a saved sample index (format {meta.get('format')!r})")
                 arrays = {key: data[key] for key in data.files}
+        except FileNotFoundError:  # missing, not malformed
+            raise
         except (OSError, KeyError, ValueError) as error:
             if isinstance(error, ValueError) and str(error).startswith(name):
                 raise
