@@ -446,6 +446,32 @@ def test_forked_workers_start_with_batches_read_before_the_fork(
     assert prereads == ([2] if context == "fork" else [])
 
 
+def test_a_failed_read_before_the_fork_leaves_the_dataset_counting(
+    fleet: SampleIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that fails while the loader reads the workers' first batches is raised, and the
+    dataset still counts what it hands out itself: a state taken after resumes exactly."""
+    dataset = TrainingDataset(fleet, seed=4, batch_size=4)
+    loader = TrainingLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context="fork", timeout=120)
+
+    def storage_down(plan: Any) -> None:
+        raise OSError("storage down")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dataset._reader, "_submit", storage_down)
+        with pytest.raises(OSError, match="storage down"):
+            next(iter(loader))
+    order = list(dataset.order(0))
+    taken = []
+    for sample in dataset:  # in this process, as a plain iterable
+        taken.append(int(sample["number"]))
+        if len(taken) == 8:
+            break
+    resumed = TrainingDataset(fleet, seed=4, batch_size=4)
+    resumed.load_state_dict(dataset.state_dict())
+    assert taken + numbers(list(resumed)) == order
+
+
 def test_plain_dataloader_needs_the_batch_size(fleet: SampleIndex) -> None:
     loader = torch.utils.data.DataLoader(TrainingDataset(fleet, seed=1), batch_size=4, num_workers=2, timeout=120)
     with pytest.raises(ValueError, match="batch_size="):

@@ -74,13 +74,13 @@ class TrainingLoader(DataLoader):  # type: ignore[type-arg]
         dataset._counted_by_loader = True
         self._workers_state = None  # unknown until this pass runs to its end
         starts_workers = self.num_workers > 0 and (not self.persistent_workers or self._iterator is None)
-        if starts_workers and _forks(self.multiprocessing_context):
-            dataset.read_first_groups(self.num_workers)  # the workers inherit the bytes
         try:
-            batches = super().__iter__()  # starts the workers
-        finally:
-            dataset.forget_first_groups()
-        try:
+            if starts_workers and _forks(self.multiprocessing_context):
+                dataset.read_first_groups(self.num_workers)  # the workers inherit the bytes
+            try:
+                batches = super().__iter__()  # starts the workers
+            finally:
+                dataset.forget_first_groups()
             for number, batch_data in enumerate(batches):
                 if number < len(sizes):
                     dataset.count_delivered(sizes[number])
