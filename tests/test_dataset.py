@@ -161,6 +161,34 @@ def test_an_index_saved_beside_the_archives_on_s3(
     assert (tmp_path / "fleet.npz").read_bytes() == before and os.listdir(tmp_path) == ["fleet.npz"]
 
 
+@pytest.mark.s3
+def test_an_index_loaded_from_s3_and_its_samples_share_one_client(s3_bucket: UPath) -> None:
+    """Loading a saved index from S3 and reading its samples set up one S3 client (~0.1 s
+    each), in a fresh process."""
+    options = dict(s3_bucket.storage_options)
+    url = str(s3_bucket).rstrip("/") + "/fleet.npz"
+    SampleIndex.build(s3_fleet(s3_bucket, [4, 4]), FIELDS, storage_options=options).save(url)
+    script = f"""
+import s3fs
+clients = []
+setup = s3fs.S3FileSystem.set_session
+
+async def counted(self, *args, **kwargs):
+    if self._s3 is None:
+        clients.append(id(self))
+    return await setup(self, *args, **kwargs)
+
+s3fs.S3FileSystem.set_session = counted
+from ncore_like.dataset import SampleIndex, SampleView
+index = SampleIndex.load({url!r}, storage_options={options!r})
+assert [sample["number"] for sample in SampleView(index).__getitems__(list(range(8)))] == list(range(8))
+print(len(clients))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1"]
+
+
 def sequence_attribute(group: Any, index: int) -> int:
     return int(group.attributes["sequence"]) * 100 + index
 

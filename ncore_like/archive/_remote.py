@@ -23,7 +23,7 @@ from ._location import Location
 from ._retry import RetryPolicy, ShortBody
 from ._sources import remote_errors, remote_failure, truncated
 
-__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "glob_remote", "reading_filesystem"]
+__all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "glob_remote", "read_object", "reading_filesystem"]
 
 T = TypeVar("T")
 
@@ -103,8 +103,28 @@ def _has_wildcard(text: str) -> bool:
     return any(mark in text for mark in "*?[")
 
 
+def read_object(location: Location, retry: RetryPolicy) -> bytes:
+    """The whole object at the remote ``location`` (e.g. a saved sample index), read under
+    ``retry`` by the filesystem object its archives are read with (one client for both).
+    FileNotFoundError naming it if there is none."""
+    fs = reading_filesystem(location.upath, retry)
+    return bytes(_call(fs, retry, location.name, "the object", "cat_file", location.upath.path))
+
+
 def _listing(fs: Any, retry: RetryPolicy, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
     """``fs.<method>(*args, **kwargs)`` under the retry policy; a missing folder lists nothing."""
+    return _call(fs, retry, name, "the listing", method, *args, missing=[], **kwargs)
+
+
+_RAISE = object()
+
+
+def _call(
+    fs: Any, retry: RetryPolicy, name: str, what: str, method: str, *args: Any, missing: Any = _RAISE, **kwargs: Any
+) -> Any:
+    """``fs.<method>(*args, **kwargs)`` under the retry policy, its failures said as
+    :func:`~._sources.remote_failure` says them; ``missing`` (if given) instead of a
+    FileNotFoundError."""
 
     async def once() -> Any:
         try:
@@ -112,11 +132,13 @@ def _listing(fs: Any, retry: RetryPolicy, name: str, method: str, *args: Any, **
                 return await await_on_loop(getattr(fs, f"_{method}")(*args, **kwargs), fsspec_loop(fs))
             return await asyncio.to_thread(getattr(fs, method), *args, **kwargs)
         except FileNotFoundError:
-            return []
+            if missing is _RAISE:
+                raise
+            return missing
 
     async def retried() -> Any:
         with remote_errors(name):
-            return await retry.run(once, name, "the listing")
+            return await retry.run(once, name, what)
 
     return sync(retried(), fsspec_loop(fs) if _is_async(fs) else io_loop())
 

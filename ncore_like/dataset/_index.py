@@ -25,6 +25,8 @@ from .._concurrency import io_loop, sync
 from ..archive import Location, ReadOptions, is_url
 from ..archive._cache import CacheOption, RecordCache, as_cache
 from ..archive._ranges import KnownArchive, describe, record_checksums
+from ..archive._reading import DEFAULT_RETRY
+from ..archive._remote import read_object
 from ..archive._sources import remote_errors
 from ..archive._writer import write_file
 from ..nodes import ArchiveCollection, IndexedTarZarrStore
@@ -255,8 +257,8 @@ class SampleIndex:
         name = os.fspath(path)
         source: Any = name
         if is_url(name):  # a missing object or denied access raise as such, naming the URL
-            with remote_errors(name):
-                source = io.BytesIO(Location(name, dict(storage_options or {}) or None).upath.read_bytes())
+            # With the filesystem object (the S3 client) the archives are then read with.
+            source = io.BytesIO(read_object(Location(name, dict(storage_options or {}) or None), DEFAULT_RETRY))
         try:
             with np.load(source, allow_pickle=False) as data:
                 meta = json.loads(bytes(data["meta"]).decode())
