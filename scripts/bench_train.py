@@ -4,9 +4,12 @@ samples in S3 (moto on loopback behind a proxy adding a fixed latency per reques
 torch DataLoader with 2 workers and batches of 16; and ncore_like on the same archives as local
 files.
 
-ncore_like runs in its recipe for storage with 20 ms per request (blocks of 8 neighbouring
-samples, a request each, dealt out over 8 batches), with a global shuffle (a request per
-sample) and on local files.
+ncore_like runs in its recipe for a fleet on storage with 20 ms per request: the sample index
+saved beside the archives when they were written (as LitData's ``optimize`` and Mosaic's
+``MDSWriter`` write theirs) and loaded from S3 by the job, blocks of 8 neighbouring samples (a
+request each, dealt out over 8 batches). Also measured: the index built in the job (listing
+the bucket and reading every archive's tail), a global shuffle (a request per sample), and
+local files.
 
 The data: 16 sequences x 64 samples; a sample is one JPEG-like frame of 30-120 KB (random
 bytes between JPEG markers), one float32 (20000, 4) lidar sweep (uncompressed, as every loader
@@ -201,6 +204,25 @@ def write_mosaic(folder: Path, config: Config) -> None:
             writer.write({"image": image, "lidar": lidar, "pose": pose})
 
 
+#: Where the fleet's sample index is saved, beside its archives (not matched by ``*.itar``).
+INDEX_URL = "s3://ncore/fleet-index.npz"
+
+
+def save_index(url: str, options: dict[str, Any]) -> None:
+    """The fleet's sample index, saved beside its archives as part of writing them (what
+    LitData's ``optimize`` and Mosaic's ``MDSWriter`` do with their index files)."""
+    from ncore_like.dataset import SampleIndex
+
+    SampleIndex.build("s3://ncore/*.itar", ncore_fields(), storage_options=options).save(url)
+
+
+def ncore_fields() -> dict[str, Any]:
+    """A sample of the archives as ncore_like's dataset reads it."""
+    from ncore_like.dataset import Blob, Rows
+
+    return {"image": Blob("cameras/front/{i:05d}"), "lidar": Rows("lidar"), "pose": Rows("poses")}
+
+
 def upload(folder: Path, endpoint: str, bucket: str) -> None:
     import s3fs
 
@@ -242,13 +264,15 @@ class PeakRss:
 
 
 def loader_ncore(spec: dict[str, Any]) -> Iterable[Any]:
-    from ncore_like.dataset import Blob, Rows, SampleIndex, TrainingDataset, TrainingLoader
+    from ncore_like.dataset import SampleIndex, TrainingDataset, TrainingLoader
 
-    fields = {"image": Blob("cameras/front/{i:05d}"), "lidar": Rows("lidar"), "pose": Rows("poses")}
     options = spec.get("storage_options")
     if options is not None:  # as many connections as requests in flight (botocore keeps 10)
         options = {**options, "config_kwargs": {"max_pool_connections": 64}}
-    index = SampleIndex.build(spec["pattern"], fields, storage_options=options)
+    if spec["loader"].endswith(("built", "local")):
+        index = SampleIndex.build(spec["pattern"], ncore_fields(), storage_options=options)
+    else:  # the index saved when the fleet was written, loaded by each job
+        index = SampleIndex.load(spec["index_url"], storage_options=options)
     block = 1 if spec["loader"].endswith("block 1") else BLOCK
     dataset = TrainingDataset(index, seed=spec["seed"], block_size=block)
     return TrainingLoader(dataset, batch_size=spec["batch"], num_workers=spec["workers"], collate_fn=collate)
@@ -302,6 +326,7 @@ def loader_mosaic(spec: dict[str, Any]) -> Iterable[Any]:
 
 LOADERS: dict[str, Callable[[dict[str, Any]], Iterable[Any]]] = {
     "ncore_like": loader_ncore,
+    "ncore_like built": loader_ncore,
     "ncore_like local": loader_ncore,
     "ncore_like block 1": loader_ncore,
     "webdataset": loader_webdataset,
@@ -385,7 +410,7 @@ def bench_loaders(run: bench.Run[Config]) -> list[Row]:
     import s3fs
 
     servers, config = bench.import_servers(), run.config
-    names = ["ncore_like", "ncore_like local", "ncore_like block 1"]
+    names = ["ncore_like", "ncore_like built", "ncore_like local", "ncore_like block 1"]
     for name, package in PEERS.items():
         if importlib.util.find_spec(package.replace("mosaicml-streaming", "streaming")) is None:
             NOTES.append(f"{name} left out: {package} is not installed (the bench extra)")
@@ -418,6 +443,7 @@ def bench_loaders(run: bench.Run[Config]) -> list[Row]:
         ):
             if name in names:
                 upload(folders[name], moto.endpoint, bucket)
+        save_index(INDEX_URL, servers.s3_storage_options(moto.endpoint))
         with servers.start_proxy(moto.endpoint, latency=config.latency) as proxy:
             options = servers.s3_storage_options(proxy.endpoint)
             signer = s3fs.S3FileSystem(**options)
@@ -440,6 +466,7 @@ def bench_loaders(run: bench.Run[Config]) -> list[Row]:
                         else "s3://ncore/*.itar",
                         "storage_options": None if name.endswith("local") else options,
                         "wds_urls": wds_urls,
+                        "index_url": INDEX_URL,
                     }
                     found = None
                     for attempt in range(1 if name.startswith("ncore_like") else 2):
