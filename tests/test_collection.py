@@ -5,8 +5,6 @@ locations; and PyTorch DataLoader workers sampling frames across them."""
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from upath import UPath
 
 from ncore_like import ArchiveCollection, IndexedTarZarrStore
 from ncore_like.errors import ChecksumError
+from tests.support.s3_clients import s3_clients_set_up
 from tests.support.servers import ServerProcess
 
 
@@ -111,25 +110,13 @@ def test_a_remote_glob_and_the_reads_share_one_client(s3_bucket: UPath) -> None:
     """Listing a pattern and reading the archives it names set up one S3 client (~0.1 s each),
     in a fresh process (no filesystem object cached)."""
     write_sequences(s3_bucket, 2)
-    script = f"""
-import s3fs
-clients = []
-setup = s3fs.S3FileSystem.set_session
-
-async def counted(self, *args, **kwargs):
-    if self._s3 is None:
-        clients.append(id(self))
-    return await setup(self, *args, **kwargs)
-
-s3fs.S3FileSystem.set_session = counted
-from ncore_like import ArchiveCollection
-collection = ArchiveCollection({str(s3_bucket / "seq-*.itar")!r}, storage_options={dict(s3_bucket.storage_options)!r})
-assert [collection.read(n, "front/0001/0")[:2] for n in range(2)] == [bytes([n, 1]) for n in range(2)]
-print(len(clients))
-"""
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1"]
+    code = f"""
+    from ncore_like import ArchiveCollection
+    pattern, options = {str(s3_bucket / "seq-*.itar")!r}, {dict(s3_bucket.storage_options)!r}
+    collection = ArchiveCollection(pattern, storage_options=options)
+    assert [collection.read(n, "front/0001/0")[:2] for n in range(2)] == [bytes([n, 1]) for n in range(2)]
+    """
+    assert s3_clients_set_up(code) == 1
 
 
 def test_dataloader_workers_sample_across_archives(tmp_path: Path) -> None:

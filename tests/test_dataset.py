@@ -35,6 +35,7 @@ from ncore_like.dataset import (
     TrainingDataset,
     TrainingLoader,
 )
+from tests.support.s3_clients import s3_clients_set_up
 from tests.support.servers import ServerProcess
 
 LIDAR = (50, 4)
@@ -168,25 +169,12 @@ def test_an_index_loaded_from_s3_and_its_samples_share_one_client(s3_bucket: UPa
     options = dict(s3_bucket.storage_options)
     url = str(s3_bucket).rstrip("/") + "/fleet.npz"
     SampleIndex.build(s3_fleet(s3_bucket, [4, 4]), FIELDS, storage_options=options).save(url)
-    script = f"""
-import s3fs
-clients = []
-setup = s3fs.S3FileSystem.set_session
-
-async def counted(self, *args, **kwargs):
-    if self._s3 is None:
-        clients.append(id(self))
-    return await setup(self, *args, **kwargs)
-
-s3fs.S3FileSystem.set_session = counted
-from ncore_like.dataset import SampleIndex, SampleView
-index = SampleIndex.load({url!r}, storage_options={options!r})
-assert [sample["number"] for sample in SampleView(index).__getitems__(list(range(8)))] == list(range(8))
-print(len(clients))
-"""
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1"]
+    code = f"""
+    from ncore_like.dataset import SampleIndex, SampleView
+    index = SampleIndex.load({url!r}, storage_options={options!r})
+    assert [sample["number"] for sample in SampleView(index).__getitems__(list(range(8)))] == list(range(8))
+    """
+    assert s3_clients_set_up(code) == 1
 
 
 def sequence_attribute(group: Any, index: int) -> int:
