@@ -356,7 +356,8 @@ def test_png_webp_and_other_blobs_under_any_names(page: Any, tmp_path: Path) -> 
         page.reload()  # the address names the group, escaped
         page.wait_for_selector("#frame[data-index='0']")
         page.click("#tree a[data-path='cover']")
-        page.wait_for_selector("#frame:not([hidden])")
+        # The blob's own image (named by its alt): the group's frame may still be on the page.
+        page.wait_for_selector("#frame[alt='cover']:not([hidden])")
         assert page.eval_on_selector("#frame", "img => [img.naturalWidth, img.naturalHeight]") == [80, 48]
         page.click("#tree a[data-path='notes']")
         page.wait_for_selector("pre.hex:not([hidden])")
