@@ -85,15 +85,12 @@ def glob_remote(location: Location, retry: RetryPolicy) -> list[str]:
     pattern: str = upath.path
     folder, _, last = pattern.rpartition("/")
     if folder and not _has_wildcard(folder) and _has_wildcard(last) and "**" not in last:
-
-        def matching(entries: list[dict[str, Any]]) -> list[str]:
-            return [
-                str(entry["name"])
-                for entry in entries
-                if entry.get("type") == "file" and fnmatch.fnmatchcase(str(entry["name"]).rpartition("/")[2], last)
-            ]
-
-        paths = matching(_listing(fs, retry, location.name, "ls", folder, detail=True))
+        entries = _listing(fs, retry, location.name, "ls", folder, detail=True)
+        paths = [
+            str(entry["name"])
+            for entry in entries
+            if entry.get("type") == "file" and fnmatch.fnmatchcase(str(entry["name"]).rpartition("/")[2], last)
+        ]
     else:
         paths = list(_listing(fs, retry, location.name, "glob", pattern))
     return [f"{upath.protocol}://{path}" for path in paths]

@@ -258,25 +258,26 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         if self._pass is None:
             self.start_pass(workers)
         count = not in_worker and not self._counted_by_loader
-        for sample in self._reader.stream(self._worker_groups(worker, workers)):
+        for sample in self._reader.stream(self._worker_groups(self._stream(), worker, workers)):
             if count:
                 self._delivered += 1  # handed out: consumed
             yield sample
         if in_worker or not self._counted_by_loader:
             self.end_epoch()
 
-    def _worker_groups(self, worker: int, workers: int) -> list[list[int]]:
+    def _worker_groups(self, stream: np.ndarray[Any, Any], worker: int, workers: int) -> Iterator[list[int]]:
         """The groups of samples (read together) of DataLoader worker ``worker`` of ``workers``
-        in the current pass, in the order it reads them."""
-        stream = self._stream()
+        in this rank's ``stream``, in the order it reads them (made as they are asked for)."""
         batch = self.batch_size or DEFAULT_GROUP
-        units = worker_units(len(stream), workers, batch, self._unit)[worker]
-        groups = [stream[positions].tolist() for positions in units]
-        if self._unit > 1 and groups:
-            # The first batch on its own (a request per sample, the rest of its blocks with one
-            # each): it comes as soon as its own samples are there, not the whole window.
-            groups[:1] = [groups[0][:batch], groups[0][batch:]]
-        return groups
+        for number, positions in enumerate(worker_units(len(stream), workers, batch, self._unit)[worker]):
+            group = stream[positions].tolist()
+            if number == 0 and self._unit > 1:
+                # The first batch on its own (a request per sample, the rest of its blocks with
+                # one each): it comes as soon as its own samples are there, not the whole window.
+                yield group[:batch]
+                group = group[batch:]
+            if group:
+                yield group
 
     def read_first_groups(self, workers: int) -> None:
         """Reads the first group of samples of each of ``workers`` DataLoader workers now, in
@@ -285,8 +286,9 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         then hands out its first batch without waiting for its own start-up (its imports,
         its storage client, its first connections: ~0.3 s on S3), while that start-up runs.
         :meth:`forget_first_groups` drops the bytes in this process."""
-        groups = [self._worker_groups(worker, workers)[:1] for worker in range(workers)]
-        self._reader.read_ahead([found[0] for found in groups if found])
+        stream = self._stream()
+        firsts = (next(self._worker_groups(stream, worker, workers), None) for worker in range(workers))
+        self._reader.read_ahead([group for group in firsts if group is not None])
 
     def forget_first_groups(self) -> None:
         """Drops what :meth:`read_first_groups` read and no reader here took."""

@@ -85,8 +85,9 @@ class SampleReader:
         self._stored = [(name, f) for name, f in index.fields.items() if isinstance(f, Rows | Blob)]
         self._collection: ArchiveCollection | None = None
         self._lock = threading.Lock()
-        # Plans read by read_ahead, by their samples: taken by the first stream that plans them.
-        self._read_ahead: dict[tuple[int, ...], tuple[_Plan, list[bytes]]] = {}
+        # The bytes of plans read by read_ahead, by their samples: taken by the first stream
+        # that plans them.
+        self._read_ahead: dict[tuple[int, ...], list[bytes]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"index": self._index, "verify": self._verify_setting, "budget": self._budget}
@@ -251,7 +252,7 @@ class SampleReader:
         plans = [next(self._split(group)) for group in groups if len(group)]
         started = [(plan, self._submit(plan)) for plan in plans]
         for plan, jobs in started:
-            self._read_ahead[tuple(plan.numbers)] = (plan, self._collect(plan, jobs))
+            self._read_ahead[tuple(plan.numbers)] = self._collect(plan, jobs)
 
     def forget_read_ahead(self) -> None:
         """Drops the bytes :meth:`read_ahead` kept that no stream took."""
@@ -263,7 +264,7 @@ class SampleReader:
         if kept is None:
             return self._submit(plan)
         done: Future[list[bytes]] = Future()
-        done.set_result(kept[1])
+        done.set_result(kept)
         return [(list(range(len(plan.spans))), done)]
 
     def read(self, numbers: Sequence[int]) -> list[dict[str, Any]]:
