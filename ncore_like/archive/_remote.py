@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import gc
 import os
 import threading
 import weakref
@@ -36,6 +37,9 @@ _USER_BUFFER_OPTIONS = ("default_block_size", "default_cache_type", "block_size"
 #: The filesystem object archives read with (the retry policy's options), by that of the
 #: user's options; the same policy options for every policy, so one entry each.
 _reading_filesystems: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+#: Async filesystem objects whose client :func:`_connect` set up, by their ``id`` (not by
+#: fsspec's equality: a forked child's new object equals its parent's).
+_connected: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
 def _is_async(fs: Any) -> bool:
@@ -70,6 +74,46 @@ def reading_filesystem(upath: Any, retry: RetryPolicy) -> Any:
         with contextlib.suppress(TypeError):
             _reading_filesystems[theirs] = ours
     return ours
+
+
+def _request(fs: Any, coroutine: Coroutine[Any, Any, T]) -> Awaitable[T]:
+    """``coroutine``, a request of the async filesystem ``fs``, run on its event loop; its
+    client set up first by :func:`_connect` if it has none yet."""
+    return await_on_loop(_connected_then(fs, coroutine), fsspec_loop(fs))
+
+
+async def _connected_then(fs: Any, coroutine: Coroutine[Any, Any, T]) -> T:
+    try:
+        if _connected.get(id(fs)) is not fs:
+            await _connect(fs)
+    except BaseException:
+        coroutine.close()  # never started: no "never awaited" warning
+        raise
+    return await coroutine
+
+
+async def _connect(fs: Any) -> None:
+    """Sets up the client of an async filesystem object (s3fs' ``set_session``) with the
+    cyclic garbage collector paused; its first request would set it up anyway.
+
+    Why: botocore builds an S3 client from JSON models, ~10^5 new objects that make the
+    collector run full passes; in a process that imported torch (every training process,
+    every DataLoader worker) those passes walk its millions of objects, and the setup took
+    0.19-0.30 s instead of 0.07-0.10 s. The new objects hold no reference cycles, so pausing
+    the collector frees nothing later. A failure is left to the request itself, which sets
+    the client up again and reports it naming the archive."""
+    set_session = getattr(fs, "set_session", None)
+    if set_session is not None and asyncio.iscoroutinefunction(set_session):
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            await set_session()
+        except Exception:  # reported by the request (see above)
+            pass
+        finally:
+            if paused:
+                gc.enable()
+    _connected[id(fs)] = fs
 
 
 def glob_remote(location: Location, retry: RetryPolicy) -> list[str]:
@@ -126,7 +170,7 @@ def _call(
     async def once() -> Any:
         try:
             if _is_async(fs):
-                return await await_on_loop(getattr(fs, f"_{method}")(*args, **kwargs), fsspec_loop(fs))
+                return await _request(fs, getattr(fs, f"_{method}")(*args, **kwargs))
             return await asyncio.to_thread(getattr(fs, method), *args, **kwargs)
         except FileNotFoundError:
             if missing is _RAISE:
@@ -216,7 +260,7 @@ class FsspecSource:
         async def once() -> bytes:
             end = offset + size
             if self._remote:
-                data = await await_on_loop(fs._cat_file(self._path, start=offset, end=end), fsspec_loop(fs))
+                data = await _request(fs, fs._cat_file(self._path, start=offset, end=end))
             else:
                 data = await asyncio.to_thread(fs.cat_file, self._path, start=offset, end=end)
             return self._checked(bytes(data), offset, size)
@@ -229,7 +273,7 @@ class FsspecSource:
         async def once() -> tuple[bytes, int | None]:
             if self._remote:
                 # A suffix request needs no HEAD (the size is unknown until the header is decoded).
-                data = bytes(await await_on_loop(fs._cat_file(self._path, start=-size), fsspec_loop(fs)))
+                data = bytes(await _request(fs, fs._cat_file(self._path, start=-size)))
                 return data, (len(data) if len(data) < size else None)
             return await asyncio.to_thread(self._tail_of_file, fs, size)
 
@@ -252,7 +296,7 @@ class FsspecSource:
         only on failure) or a known failure of remote storage, else ``error``."""
         try:
             if self._remote:
-                is_dir = bool(await await_on_loop(fs._isdir(self._path), fsspec_loop(fs)))
+                is_dir = bool(await _request(fs, fs._isdir(self._path)))
             else:
                 is_dir = bool(await asyncio.to_thread(fs.isdir, self._path))
         except Exception:  # the original error says more than a failed check
@@ -270,7 +314,7 @@ class FsspecSource:
 
         async def once() -> dict[str, Any]:
             if self._remote:
-                return dict(await await_on_loop(fs._info(self._path), fsspec_loop(fs)))
+                return dict(await _request(fs, fs._info(self._path)))
             return dict(await asyncio.to_thread(fs.info, self._path))
 
         try:

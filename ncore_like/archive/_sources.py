@@ -253,6 +253,12 @@ def remote_failure(error: BaseException, name: str) -> BaseException:
             "client_kwargs) and the network",
             archive=name,
         )
+    if "ProfileNotFound" in kinds:
+        return RemoteStorageError(
+            f"{text}: name a profile of the AWS config files (storage option profile)", archive=name
+        )
+    if "BotoCoreError" in kinds:  # anything else botocore refused before a request (a bad config...)
+        return RemoteStorageError(f"the S3 client failed: {text}", archive=name)
     return error
 
 

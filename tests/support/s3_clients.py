@@ -1,30 +1,40 @@
-"""Counting the S3 clients a piece of code sets up (each costs ~0.1 s: botocore loads its
+"""Watching the S3 clients a piece of code sets up (each costs ~0.1 s: botocore loads its
 models), in a fresh process, so that no filesystem object cached by earlier tests hides one."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 
-_COUNTING = """
+_WATCHING = """
+import gc, json, os
 import s3fs
 clients = []
 setup = s3fs.S3FileSystem.set_session
 
-async def counted(self, *args, **kwargs):
+async def watched(self, *args, **kwargs):
     if self._s3 is None:  # a client is made on the first call only
-        clients.append(id(self))
+        clients.append({"pid": os.getpid(), "collector_on": gc.isenabled()})
     return await setup(self, *args, **kwargs)
 
-s3fs.S3FileSystem.set_session = counted
+s3fs.S3FileSystem.set_session = watched
 """
 
 
-def s3_clients_set_up(code: str) -> int:
-    """Runs ``code`` in a new Python process; the number of S3 clients it set up (an
-    AssertionError with its stderr if it failed)."""
-    script = _COUNTING + textwrap.dedent(code) + "\nprint(len(clients))\n"
+def s3_client_setups(code: str) -> list[dict[str, object]]:
+    """Runs ``code`` in a new Python process (it may add setups made in children to
+    ``clients``); one entry per S3 client set up: the process (``pid``) and whether the
+    cyclic garbage collector was on meanwhile (``collector_on``). An AssertionError with the
+    process's stderr if it failed."""
+    script = _WATCHING + textwrap.dedent(code) + "\nprint(json.dumps(clients))\n"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    return int(result.stdout.split()[-1])
+    setups: list[dict[str, object]] = json.loads(result.stdout.splitlines()[-1])
+    return setups
+
+
+def s3_clients_set_up(code: str) -> int:
+    """The number of S3 clients ``code`` sets up in a new Python process."""
+    return len(s3_client_setups(code))
