@@ -432,20 +432,21 @@ def _own_reads_fail(worker: int) -> None:
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_forked_workers_start_with_batches_read_before_the_fork(
+def test_forked_workers_start_with_the_first_batch_read_before_the_fork(
     fleet: SampleIndex, context: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The loader reads each worker's first batch before forking the workers, which hand it
-    out without a read of their own (their start-up runs meanwhile); the loader keeps no
-    copy. Spawned workers inherit nothing: nothing is read for them."""
+    """The loader reads the first batch it hands out (the first worker's) before forking the
+    workers; that worker hands it out without a read of its own (its start-up runs
+    meanwhile), the others read their own, and the loader keeps no copy. Spawned workers
+    inherit nothing: nothing is read for them."""
     prereads: list[int] = []
-    original = TrainingDataset.read_first_groups
+    original = TrainingDataset.read_first_group
 
     def counted(self: TrainingDataset, workers: int) -> None:
         prereads.append(workers)
         original(self, workers)
 
-    monkeypatch.setattr(TrainingDataset, "read_first_groups", counted)
+    monkeypatch.setattr(TrainingDataset, "read_first_group", counted)
     dataset = TrainingDataset(fleet, seed=3, block_size=2)
     loader = TrainingLoader(
         dataset, batch_size=4, num_workers=2, multiprocessing_context=context, worker_init_fn=_own_reads_fail,
@@ -454,18 +455,17 @@ def test_forked_workers_start_with_batches_read_before_the_fork(
     expected = list(TrainingDataset(fleet, seed=3, block_size=2).rank_samples())
     batches = iter(loader)
     if context == "fork":
-        first = [next(batches)["number"].tolist() for _ in range(2)]  # one from each worker
-        assert first == [expected[:4], expected[4:8]]
+        assert next(batches)["number"].tolist() == expected[:4]
         assert prereads == [2] and dataset._reader._read_ahead == {}
-    with pytest.raises(OSError, match="read for itself"):
-        next(batches)
+    with pytest.raises(OSError, match="worker 1 read for itself" if context == "fork" else "read for itself"):
+        next(batches)  # the second worker's first batch: read by that worker
     assert prereads == ([2] if context == "fork" else [])
 
 
 def test_a_failed_read_before_the_fork_leaves_the_dataset_counting(
     fleet: SampleIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A read that fails while the loader reads the workers' first batches is raised, and the
+    """A read that fails while the loader reads the first worker's first batch is raised, and the
     dataset still counts what it hands out itself: a state taken after resumes exactly."""
     dataset = TrainingDataset(fleet, seed=4, batch_size=4)
     loader = TrainingLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context="fork", timeout=120)
