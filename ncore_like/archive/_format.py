@@ -27,7 +27,6 @@ from __future__ import annotations
 import array
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 from zlib import adler32
 
@@ -307,8 +306,7 @@ def tar_end(position: int) -> bytes:
     return bytes(2 * BLOCK_SIZE + (-end % _TAR_RECORD_SIZE))
 
 
-@dataclass(frozen=True)
-class IndexHeader:
+class IndexHeader(NamedTuple):
     """The decoded index header block."""
 
     index_type: int
@@ -399,8 +397,7 @@ def foreign_file(head: bytes | memoryview, tail: bytes | memoryview, file_size: 
     return None
 
 
-@dataclass(frozen=True)
-class Index:
+class Index(NamedTuple):
     """The record index: parallel lists sorted by payload offset."""
 
     keys: list[str]
@@ -563,8 +560,7 @@ _USTAR_MAGIC = b"ustar\x00"  # POSIX; GNU writes b"ustar  \x00" and uses the pre
 _OCTAL_DIGITS = frozenset(b"01234567")
 
 
-@dataclass(frozen=True)
-class TarHeader:
+class TarHeader(NamedTuple):
     """One decoded tar header block (a member may have extended headers before it)."""
 
     name: str

@@ -15,7 +15,6 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 __all__ = [
@@ -87,16 +86,21 @@ class ChunkKeys:
         return lambda index: f"{prefix}{index}{suffix}"
 
 
-@dataclass(frozen=True, eq=False)
 class GroupView:
-    """A group's metadata."""
+    """A group's metadata (read-only by convention; a plain class, see
+    :class:`~ncore_like.backend._plan.ChunkLayout`)."""
 
-    path: str
-    zarr_format: ZarrFormat
-    attributes: Mapping[str, Any]
-    document: Mapping[str, Any]
-    """The metadata document (zarr-python's consolidated form: v2 ``.zgroup`` plus
-    ``"attributes"``, v3 ``zarr.json``)."""
+    __slots__ = ("attributes", "document", "path", "zarr_format")
+
+    def __init__(
+        self, path: str, zarr_format: ZarrFormat, attributes: Mapping[str, Any], document: Mapping[str, Any]
+    ) -> None:
+        self.path = path
+        self.zarr_format = zarr_format
+        self.attributes = attributes
+        #: The metadata document (zarr-python's consolidated form: v2 ``.zgroup`` plus
+        #: ``"attributes"``, v3 ``zarr.json``).
+        self.document = document
 
 
 def is_array_document(document: Mapping[str, Any], zarr_format: ZarrFormat) -> bool:
@@ -139,8 +143,7 @@ def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-@dataclass(frozen=True)
-class ArrayLayout:
+class ArrayLayout(NamedTuple):
     """An array's chunk layout from its metadata document: all of it but the dtype and the
     fill value (numpy's part, see :mod:`._metadata`)."""
 

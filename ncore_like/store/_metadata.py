@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -30,29 +29,59 @@ _V3_TYPES = {name: np.dtype(name) for name in V3_DATA_TYPES}
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-@dataclass(frozen=True, eq=False)
 class ArrayView:
-    """An array's metadata, as far as reading it needs."""
+    """An array's metadata, as far as reading it needs (read-only by convention; a plain
+    class, see :class:`~ncore_like.backend._plan.ChunkLayout`)."""
 
-    path: str
-    zarr_format: ZarrFormat
-    attributes: Mapping[str, Any]
-    document: Mapping[str, Any]
-    """The metadata document (see :class:`GroupView`)."""
-    shape: tuple[int, ...]
-    dtype: np.dtype[Any]
-    """The array's dtype, as zarr-python gives it."""
-    stored_dtype: np.dtype[Any]
-    """The dtype of the elements in a decoded chunk (byte order as stored)."""
-    chunks: tuple[int, ...]
-    blosc: Mapping[str, Any] | None
-    """numcodecs' Blosc configuration of the chunks, None if raw."""
-    fill_value: Any
-    chunk_key: ChunkKeys
-    """The store key of a chunk by its coordinates."""
-    unsupported: str | None
-    """Why the view doesn't describe the chunks completely (other codecs, filters, Fortran
-    order, ...): then readers use zarr-python. None if it does."""
+    __slots__ = (
+        "attributes",
+        "blosc",
+        "chunk_key",
+        "chunks",
+        "document",
+        "dtype",
+        "fill_value",
+        "path",
+        "shape",
+        "stored_dtype",
+        "unsupported",
+        "zarr_format",
+    )
+
+    def __init__(
+        self,
+        path: str,
+        zarr_format: ZarrFormat,
+        attributes: Mapping[str, Any],
+        document: Mapping[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        stored_dtype: np.dtype[Any],
+        chunks: tuple[int, ...],
+        blosc: Mapping[str, Any] | None,
+        fill_value: Any,
+        chunk_key: ChunkKeys,
+        unsupported: str | None,
+    ) -> None:
+        self.path = path
+        self.zarr_format = zarr_format
+        self.attributes = attributes
+        #: The metadata document (see :class:`GroupView`).
+        self.document = document
+        self.shape = shape
+        #: The array's dtype, as zarr-python gives it.
+        self.dtype = dtype
+        #: The dtype of the elements in a decoded chunk (byte order as stored).
+        self.stored_dtype = stored_dtype
+        self.chunks = chunks
+        #: numcodecs' Blosc configuration of the chunks, None if raw.
+        self.blosc = blosc
+        self.fill_value = fill_value
+        #: The store key of a chunk by its coordinates.
+        self.chunk_key = chunk_key
+        #: Why the view doesn't describe the chunks completely (other codecs, filters,
+        #: Fortran order, ...): then readers use zarr-python. None if it does.
+        self.unsupported = unsupported
 
 
 NodeView = ArrayView | GroupView
@@ -97,7 +126,7 @@ def _v2_array(path: str, document: Mapping[str, Any], attributes: Mapping[str, A
     return ArrayView(
         path, 2, attributes, document, layout.shape, dtype, dtype, layout.chunks, layout.blosc, fill_value,
         layout.chunk_key, unsupported or layout.unsupported or why,
-    )  # fmt: skip
+    )
 
 
 def _v3_array(path: str, document: Mapping[str, Any], prefix: str) -> ArrayView:
@@ -116,7 +145,7 @@ def _v3_array(path: str, document: Mapping[str, Any], prefix: str) -> ArrayView:
     return ArrayView(
         path, 3, attributes, document, layout.shape, dtype, stored, layout.chunks, layout.blosc, fill_value,
         layout.chunk_key, unsupported or layout.unsupported or why,
-    )  # fmt: skip
+    )
 
 
 def parse_node(path: str, document: Mapping[str, Any], zarr_format: ZarrFormat, where: str) -> NodeView:
