@@ -126,7 +126,7 @@ def _v2_array(path: str, document: Mapping[str, Any], attributes: Mapping[str, A
     return ArrayView(
         path, 2, attributes, document, layout.shape, dtype, dtype, layout.chunks, layout.blosc, fill_value,
         layout.chunk_key, unsupported or layout.unsupported or why,
-    )
+    )  # fmt: skip
 
 
 def _v3_array(path: str, document: Mapping[str, Any], prefix: str) -> ArrayView:
@@ -145,7 +145,7 @@ def _v3_array(path: str, document: Mapping[str, Any], prefix: str) -> ArrayView:
     return ArrayView(
         path, 3, attributes, document, layout.shape, dtype, stored, layout.chunks, layout.blosc, fill_value,
         layout.chunk_key, unsupported or layout.unsupported or why,
-    )
+    )  # fmt: skip
 
 
 def parse_node(path: str, document: Mapping[str, Any], zarr_format: ZarrFormat, where: str) -> NodeView:
