@@ -35,6 +35,7 @@ from ncore_like.dataset import (
     TrainingDataset,
     TrainingLoader,
 )
+from ncore_like.dataset._dataset import PREFORK_SAMPLES
 from tests.support.s3_clients import s3_clients_set_up
 from tests.support.servers import ServerProcess
 
@@ -432,21 +433,21 @@ def _own_reads_fail(worker: int) -> None:
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_forked_workers_start_with_the_first_batch_read_before_the_fork(
+def test_forked_workers_start_with_batches_read_before_the_fork(
     fleet: SampleIndex, context: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The loader reads the first batch it hands out (the first worker's) before forking the
-    workers; that worker hands it out without a read of its own (its start-up runs
-    meanwhile), the others read their own, and the loader keeps no copy. Spawned workers
-    inherit nothing: nothing is read for them."""
+    """The loader reads the workers' first batches before forking them (2 x 4 samples: within
+    the bound), which hand them out without a read of their own (their start-up runs
+    meanwhile); the loader keeps no copy. Spawned workers inherit nothing: nothing is read
+    for them."""
     prereads: list[int] = []
-    original = TrainingDataset.read_first_group
+    original = TrainingDataset.read_first_groups
 
     def counted(self: TrainingDataset, workers: int) -> None:
         prereads.append(workers)
         original(self, workers)
 
-    monkeypatch.setattr(TrainingDataset, "read_first_group", counted)
+    monkeypatch.setattr(TrainingDataset, "read_first_groups", counted)
     dataset = TrainingDataset(fleet, seed=3, block_size=2)
     loader = TrainingLoader(
         dataset, batch_size=4, num_workers=2, multiprocessing_context=context, worker_init_fn=_own_reads_fail,
@@ -455,11 +456,29 @@ def test_forked_workers_start_with_the_first_batch_read_before_the_fork(
     expected = list(TrainingDataset(fleet, seed=3, block_size=2).rank_samples())
     batches = iter(loader)
     if context == "fork":
-        assert next(batches)["number"].tolist() == expected[:4]
+        first = [next(batches)["number"].tolist() for _ in range(2)]  # one from each worker
+        assert first == [expected[:4], expected[4:8]]
         assert prereads == [2] and dataset._reader._read_ahead == {}
-    with pytest.raises(OSError, match="worker 1 read for itself" if context == "fork" else "read for itself"):
-        next(batches)  # the second worker's first batch: read by that worker
+    with pytest.raises(OSError, match="read for itself"):
+        next(batches)
     assert prereads == ([2] if context == "fork" else [])
+
+
+@pytest.mark.parametrize(("batch", "workers", "read"), [(4, 8, 8), (8, 8, 4), (16, 8, 2), (32, 2, 1), (64, 2, 1)])
+def test_the_read_before_the_fork_is_bounded(tmp_path: Path, batch: int, workers: int, read: int) -> None:
+    """Before the fork, the first batches of as many workers as PREFORK_SAMPLES allows are
+    read (each sample a request of the parent's one client), and always the first worker's:
+    with many workers, reading every first batch there held the first batch up."""
+    assert PREFORK_SAMPLES == 32  # the cases are worked out for it
+    write_fleet(tmp_path, [64, 64, 64, 64])  # every worker's first batch is a full one
+    dataset = TrainingDataset(SampleIndex.build(str(tmp_path / "*.itar"), FIELDS), seed=6, batch_size=batch)
+    dataset.start_pass(workers)
+    dataset.read_first_groups(workers)
+    stream = dataset.rank_samples()  # the batches in the order they arrive: the workers' in turn
+    wanted = [stream[worker * batch : (worker + 1) * batch].tolist() for worker in range(read)]
+    assert sorted(map(list, dataset._reader._read_ahead)) == sorted(wanted)
+    dataset.forget_first_groups()
+    assert dataset._reader._read_ahead == {}
 
 
 def test_a_batch_read_before_the_fork_is_handed_out_before_any_other_read_starts(
@@ -469,7 +488,7 @@ def test_a_batch_read_before_the_fork_is_handed_out_before_any_other_read_starts
     the batch it already had: that batch comes out before any read starts."""
     dataset = TrainingDataset(fleet, seed=5, batch_size=4, block_size=2)
     dataset.start_pass(1)
-    dataset.read_first_group(1)
+    dataset.read_first_groups(1)
     handed_out = 0
     started_at: list[int] = []
     submit = dataset._reader._submit

@@ -34,6 +34,15 @@ DEFAULT_BYTE_BUDGET = 64 << 20
 MAX_BLOCK_BUDGET = 1 << 30
 #: Samples read together (and their neighbours coalesced) when no batch size is known.
 DEFAULT_GROUP = 16
+#: The samples :meth:`TrainingDataset.read_first_groups` reads before DataLoader workers are
+#: forked, at most (but always the first worker's first batch). Each is a request there (the
+#: first batch's samples come from blocks all over the window), ~2.7 ms of CPU for the
+#: process's one S3 client: 32 cost about what one worker's own start-up does. On S3 behind
+#: 20 ms per request, batches of 16: every worker's first batch took 0.14-0.27 s with 2
+#: workers and 0.59-0.86 s with 8, the first worker's 0.10-0.11 s; with 2 workers, reading
+#: only the first worker's made each of three benchmark runs' epochs slower (0.74-0.83 x
+#: WebDataset's samples/s against 0.90 x: the second worker's batches all came later).
+PREFORK_SAMPLES = 32
 _STATE_FORMAT = "ncore_like.TrainingDataset/2"
 
 try:  # torch is optional: the dataset is a plain iterable without it
@@ -279,26 +288,29 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             if group:
                 yield group
 
-    def read_first_group(self, workers: int) -> None:
-        """Reads, now and in this process, the first group of samples of the first of
-        ``workers`` DataLoader workers: the first batch a DataLoader hands out (its workers'
-        batches come in turn). :class:`~ncore_like.dataset.TrainingLoader` does it before
-        forking the workers, which inherit the bytes: the first worker hands that batch out
-        without waiting for its own start-up (its storage client, its first connections:
-        ~0.3 s on S3), while that start-up runs.
+    def read_first_groups(self, workers: int) -> None:
+        """Reads, now and in this process, the first group of samples of each of the first
+        of ``workers`` DataLoader workers (their batches come in turn: the first worker's is
+        the first batch handed out): as many workers' as :data:`PREFORK_SAMPLES` allows, and
+        at least one. :class:`~ncore_like.dataset.TrainingLoader` does it before forking the
+        workers, which inherit the bytes: those workers hand their first batch out without
+        waiting for their own start-up (their storage client and first connections, ~0.3 s
+        on S3), while that start-up runs; the others read their first batches themselves.
+        :meth:`forget_first_groups` drops the bytes in this process."""
+        stream, samples = self._stream(), 0
+        groups: list[list[int]] = []
+        for worker in range(workers):
+            group = next(self._worker_groups(stream, worker, workers), None)
+            if group is None:
+                continue  # a worker with nothing to read this pass
+            if groups and samples + len(group) > PREFORK_SAMPLES:
+                break
+            groups.append(group)
+            samples += len(group)
+        self._reader.read_ahead(groups)
 
-        The other workers read their first batches themselves, at the same time: reading
-        them here as well made the first batch wait for all of them (on S3 every request
-        costs this process's one client ~2.7 ms of CPU). On S3 behind 20 ms per request,
-        batches of 16: this read takes 0.10-0.11 s for any number of workers, where reading
-        every worker's first batch took 0.14-0.27 s with 2 workers and 0.59-0.86 s with 8.
-        :meth:`forget_first_group` drops the bytes in this process."""
-        first = next(self._worker_groups(self._stream(), 0, workers), None)
-        if first is not None:
-            self._reader.read_ahead([first])
-
-    def forget_first_group(self) -> None:
-        """Drops what :meth:`read_first_group` read and no reader here took."""
+    def forget_first_groups(self) -> None:
+        """Drops what :meth:`read_first_groups` read and no reader here took."""
         self._reader.forget_read_ahead()
 
     def end_epoch(self) -> None:

@@ -76,11 +76,11 @@ class TrainingLoader(DataLoader):  # type: ignore[type-arg]
         starts_workers = self.num_workers > 0 and (not self.persistent_workers or self._iterator is None)
         try:
             if starts_workers and _forks(self.multiprocessing_context):
-                dataset.read_first_group(self.num_workers)  # the first worker inherits the bytes
+                dataset.read_first_groups(self.num_workers)  # the first workers inherit the bytes
             try:
                 batches = super().__iter__()  # starts the workers
             finally:
-                dataset.forget_first_group()
+                dataset.forget_first_groups()
             for number, batch_data in enumerate(batches):
                 if number < len(sizes):
                     dataset.count_delivered(sizes[number])
