@@ -39,9 +39,9 @@ DEFAULT_GROUP = 16
 #: first batch's samples come from blocks all over the window), ~2.7 ms of CPU for the
 #: process's one S3 client: 32 cost about what one worker's own start-up does. On S3 behind
 #: 20 ms per request, batches of 16: every worker's first batch took 0.14-0.27 s with 2
-#: workers and 0.59-0.86 s with 8, the first worker's 0.10-0.11 s; with 2 workers, reading
-#: only the first worker's made each of three benchmark runs' epochs slower (0.74-0.83 x
-#: WebDataset's samples/s against 0.90 x: the second worker's batches all came later).
+#: workers and 0.59-0.86 s with 8, the first worker's 0.10-0.11 s. Reading only the first
+#: worker's was tried: with 2 workers each of three benchmark runs' epochs came out slower
+#: (0.74-0.83 x WebDataset's samples/s against 0.90 x; the cause is not settled).
 PREFORK_SAMPLES = 32
 _STATE_FORMAT = "ncore_like.TrainingDataset/2"
 
@@ -267,18 +267,21 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         if self._pass is None:
             self.start_pass(workers)
         count = not in_worker and not self._counted_by_loader
-        for sample in self._reader.stream(self._worker_groups(self._stream(), worker, workers)):
+        stream = self._stream()
+        units = worker_units(len(stream), workers, self.batch_size or DEFAULT_GROUP, self._unit)[worker]
+        for sample in self._reader.stream(self._worker_groups(stream, units)):
             if count:
                 self._delivered += 1  # handed out: consumed
             yield sample
         if in_worker or not self._counted_by_loader:
             self.end_epoch()
 
-    def _worker_groups(self, stream: np.ndarray[Any, Any], worker: int, workers: int) -> Iterator[list[int]]:
-        """The groups of samples (read together) of DataLoader worker ``worker`` of ``workers``
-        in this rank's ``stream``, in the order it reads them (made as they are asked for)."""
+    def _worker_groups(self, stream: np.ndarray[Any, Any], units: list[np.ndarray[Any, Any]]) -> Iterator[list[int]]:
+        """The groups of samples (read together) of a DataLoader worker whose units (its
+        positions in this rank's ``stream``, from ``worker_units``) these are, in the order
+        it reads them (made as they are asked for)."""
         batch = self.batch_size or DEFAULT_GROUP
-        for number, positions in enumerate(worker_units(len(stream), workers, batch, self._unit)[worker]):
+        for number, positions in enumerate(units):
             group = stream[positions].tolist()
             if number == 0 and self._unit > 1:
                 # The first batch on its own (a request per sample, the rest of its blocks with
@@ -299,8 +302,8 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
         :meth:`forget_first_groups` drops the bytes in this process."""
         stream, samples = self._stream(), 0
         groups: list[list[int]] = []
-        for worker in range(workers):
-            group = next(self._worker_groups(stream, worker, workers), None)
+        for units in worker_units(len(stream), workers, self.batch_size or DEFAULT_GROUP, self._unit):
+            group = next(self._worker_groups(stream, units), None)
             if group is None:
                 continue  # a worker with nothing to read this pass
             if groups and samples + len(group) > PREFORK_SAMPLES:

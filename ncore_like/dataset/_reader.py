@@ -258,14 +258,13 @@ class SampleReader:
         """Drops the bytes :meth:`read_ahead` kept that no stream took."""
         self._read_ahead = {}
 
-    def _start(self, plan: _Plan) -> tuple[list[tuple[list[int], Future[list[bytes]]]], bool]:
-        """The reads of ``plan``: from what :meth:`read_ahead` kept (and True), or started now."""
-        kept = self._read_ahead.pop(tuple(plan.numbers), None) if self._read_ahead else None
+    def _start(self, plan: _Plan, kept: list[bytes] | None) -> list[tuple[list[int], Future[list[bytes]]]]:
+        """The reads of ``plan``: the bytes :meth:`read_ahead` kept for it, or started now."""
         if kept is None:
-            return self._submit(plan), False
+            return self._submit(plan)
         done: Future[list[bytes]] = Future()
         done.set_result(kept)
-        return [(list(range(len(plan.spans))), done)], True
+        return [(list(range(len(plan.spans))), done)]
 
     def read(self, numbers: Sequence[int]) -> list[dict[str, Any]]:
         """The samples ``numbers``, all their reads in flight together."""
@@ -288,14 +287,14 @@ class SampleReader:
                         done, jobs = pending.popleft()
                         yield from self._finish(done, self._collect(done, jobs))
                         held -= done.nbytes
-                    jobs, kept = self._start(plan)
-                    if kept and not pending:
+                    kept = self._read_ahead.pop(tuple(plan.numbers), None) if self._read_ahead else None
+                    if kept is not None and not pending:
                         # Read before this worker was forked: handed out before any read
                         # starts here, as the first reads set up this process's storage
                         # client (~0.1 s of CPU on S3), which held the first batch up.
-                        yield from self._finish(plan, self._collect(plan, jobs))
+                        yield from self._finish(plan, kept)
                         continue
-                    pending.append((plan, jobs))
+                    pending.append((plan, self._start(plan, kept)))
                     held += plan.nbytes
             while pending:
                 done, jobs = pending.popleft()
