@@ -50,7 +50,9 @@ def assert_one_clean_line(result: subprocess.CompletedProcess[str], *expected: s
 
 
 def test_without_s3fs_the_message_names_the_extra() -> None:
-    result = cli(["ls", "s3://bucket/seq.itar"], prelude="import sys; sys.modules['s3fs'] = None  # not installed")
+    # Reads through s3fs (the plain-HTTP reader needs none, and would look the bucket up on AWS).
+    prelude = "import os, sys; sys.modules['s3fs'] = None; os.environ['NCORE_LIKE_S3_CLIENT'] = 's3fs'"
+    result = cli(["ls", "s3://bucket/seq.itar"], prelude=prelude)
     assert_one_clean_line(result, "s3fs", "pip install 'ncore-like[s3]'")
 
 

@@ -37,6 +37,9 @@ _USER_BUFFER_OPTIONS = ("default_block_size", "default_cache_type", "block_size"
 #: The filesystem object archives read with (the retry policy's options), by that of the
 #: user's options; the same policy options for every policy, so one entry each.
 _reading_filesystems: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+#: Set to ``s3fs`` to read S3 archives through s3fs even where the plain-HTTP reader could.
+S3_CLIENT_VARIABLE = "NCORE_LIKE_S3_CLIENT"
+_plain_filesystems: dict[tuple[int, str, str], Any] = {}
 #: Async filesystem objects whose client :func:`_connect` set up, by their ``id`` (not by
 #: fsspec's equality: a forked child's new object equals its parent's).
 _connected: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -50,12 +53,17 @@ def _is_async(fs: Any) -> bool:
     return isinstance(fs, fsspec.asyn.AsyncFileSystem)
 
 
-def reading_filesystem(upath: Any, retry: RetryPolicy) -> Any:
-    """The filesystem object archives at ``upath`` are read (and listed) with: made with the
-    retry policy's options, and found again by the filesystem object of the user's options,
-    which the ``UPath`` keeps (a lookup in fsspec's instance cache tokenizes the options, tens
-    of microseconds of every opening). One object per options means one client: on S3 its
-    setup costs ~0.1 s."""
+def reading_filesystem(upath: Any, retry: RetryPolicy, *, listing: bool = False) -> Any:
+    """The filesystem object archives at ``upath`` are read (and, with ``listing``, listed)
+    with. On S3, where the storage options allow it, the plain-HTTP reader of
+    :mod:`._s3` (no botocore). Otherwise made with the retry policy's options, and found
+    again by the filesystem object of the user's options, which the ``UPath`` keeps (a lookup
+    in fsspec's instance cache tokenizes the options, tens of microseconds of every opening).
+    One object per options means one client: on S3 its setup costs ~0.1 s."""
+    if not listing and upath.protocol in ("s3", "s3a") and os.environ.get(S3_CLIENT_VARIABLE, "") != "s3fs":
+        plain = _plain_filesystem(upath.protocol, upath.storage_options)
+        if plain is not None:
+            return plain
     theirs = upath.fs
     try:
         ours = _reading_filesystems.get(theirs)
@@ -74,6 +82,17 @@ def reading_filesystem(upath: Any, retry: RetryPolicy) -> Any:
         with contextlib.suppress(TypeError):
             _reading_filesystems[theirs] = ours
     return ours
+
+
+def _plain_filesystem(protocol: str, options: Mapping[str, Any]) -> Any:
+    """The plain-HTTP S3 reader for ``options`` (None if s3fs must read), one per options
+    and process: a forked child's must not use its parent's event loop or connections."""
+    key = (os.getpid(), protocol, repr(sorted(options.items())))
+    if key not in _plain_filesystems:
+        from ._s3 import range_filesystem
+
+        _plain_filesystems[key] = range_filesystem(protocol, options)
+    return _plain_filesystems[key]
 
 
 def _request(fs: Any, coroutine: Coroutine[Any, Any, T]) -> Awaitable[T]:
@@ -125,7 +144,7 @@ def glob_remote(location: Location, retry: RetryPolicy) -> list[str]:
     bucket and lists again: three round trips where one does).
     """
     upath = location.upath
-    fs = reading_filesystem(upath, retry)
+    fs = reading_filesystem(upath, retry, listing=True)
     pattern: str = upath.path
     folder, _, last = pattern.rpartition("/")
     if folder and not _has_wildcard(folder) and _has_wildcard(last) and "**" not in last:

@@ -1,9 +1,12 @@
 """Watching the S3 clients a piece of code sets up (each costs ~0.1 s: botocore loads its
-models), in a fresh process, so that no filesystem object cached by earlier tests hides one."""
+models), in a fresh process, so that no filesystem object cached by earlier tests hides one.
+The process reads S3 through s3fs (``NCORE_LIKE_S3_CLIENT=s3fs``): where the storage options
+allow it, reads go through the plain-HTTP reader otherwise, which sets up no client."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -29,7 +32,8 @@ def s3_client_setups(code: str) -> list[dict[str, object]]:
     cyclic garbage collector was on meanwhile (``collector_on``). An AssertionError with the
     process's stderr if it failed."""
     script = _WATCHING + textwrap.dedent(code) + "\nprint(json.dumps(clients))\n"
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "NCORE_LIKE_S3_CLIENT": "s3fs"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     setups: list[dict[str, object]] = json.loads(result.stdout.splitlines()[-1])
     return setups
