@@ -266,3 +266,53 @@ def test_a_connection_the_server_closed_is_replaced() -> None:
         assert server.connections == 2
     finally:
         server.close()
+
+
+class ScriptedServer:
+    """An HTTP server on loopback answering the requests of one connection, in turn, with
+    the raw ``responses``, then closing it."""
+
+    def __init__(self, responses: list[bytes]) -> None:
+        self.responses = responses
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        connection, _ = self.listener.accept()
+        with connection:
+            file = connection.makefile("rb")
+            for response in self.responses:
+                while file.readline() not in (b"\r\n", b""):
+                    pass
+                connection.sendall(response)
+
+    def filesystem(self) -> S3RangeFileSystem:
+        return S3RangeFileSystem(endpoint=f"http://127.0.0.1:{self.port}", region="us-east-1", credentials=None)
+
+
+def test_chunked_and_unsized_bodies_are_read_whole() -> None:
+    document = b"<Error><Code>AccessDenied</Code><Message>Not yours</Message></Error>"
+    chunked = b"".join(
+        [
+            b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"%x\r\n%s\r\n" % (20, document[:20]),
+            b"%x;ext=1\r\n%s\r\n" % (len(document) - 20, document[20:]),
+            b"0\r\n\r\n",
+        ]
+    )
+    unsized = b"HTTP/1.1 206 Partial Content\r\nConnection: close\r\n\r\n" + b"x" * 100_000
+    server = ScriptedServer([chunked, unsized])
+    fs = server.filesystem()
+    with pytest.raises(PermissionError, match="AccessDenied: Not yours"):
+        fs.cat_file("bucket/key", start=0, end=10)
+    assert fs.cat_file("bucket/key", start=0, end=100_000) == b"x" * 100_000  # on the same connection
+
+
+def test_a_body_cut_short_is_a_transient_failure() -> None:
+    from ncore_like.archive._retry import is_transient
+
+    server = ScriptedServer([b"HTTP/1.1 206 Partial Content\r\nContent-Length: 1000\r\n\r\n" + b"y" * 400])
+    with pytest.raises(ConnectionResetError, match="ended after 400 of 1000 bytes") as raised:
+        server.filesystem().cat_file("bucket/key", start=0, end=1000)
+    assert is_transient(raised.value)
