@@ -9,7 +9,7 @@ bytes (measured on 100 KB ranges). A training job pays both in every DataLoader 
 So, when the storage options say everything a request needs (credentials from the options
 or the environment, the region or an endpoint, nothing botocore would have to resolve), the
 reads go through this module: requests signed with AWS Signature Version 4 (``hmac`` and
-``hashlib``) on HTTP/1.1 connections of asyncio streams, kept open per host. Anything else
+``hashlib``) on HTTP/1.1 connections of its own (asyncio), kept open per host. Anything else
 (profiles, SSO, instance roles, proxies, requester-pays, SSE-C...) stays with s3fs:
 :func:`range_filesystem` returns None for it. Writes and listings always use s3fs.
 

@@ -35,14 +35,12 @@ MAX_BLOCK_BUDGET = 1 << 30
 #: Samples read together (and their neighbours coalesced) when no batch size is known.
 DEFAULT_GROUP = 16
 #: The samples :meth:`TrainingDataset.read_first_groups` reads before DataLoader workers are
-#: forked, at most (but always the first worker's first batch). Each is a request there (the
-#: first batch's samples come from blocks all over the window), ~2.7 ms of CPU for the
-#: process's one S3 client: 32 cost about what one worker's own start-up does. On S3 behind
-#: 20 ms per request, batches of 16: every worker's first batch took 0.14-0.27 s with 2
-#: workers and 0.59-0.86 s with 8, the first worker's 0.10-0.11 s. Reading only the first
-#: worker's was tried: with 2 workers each of three benchmark runs' epochs came out slower
-#: (0.74-0.83 x WebDataset's samples/s against 0.90 x; the cause is not settled).
-PREFORK_SAMPLES = 32
+#: forked, at most (but always the first worker's first batch): that read holds the first
+#: batch up, while a worker's own start-up is short where S3 is read without botocore (no
+#: client to set up). On S3 behind 20 ms per request, batches of 16, 2 workers, the first
+#: worker's batch alone (16) gave the first batch 0.2-0.4 s sooner than both workers' (32) in
+#: 5 of 6 alternating benchmark runs; every worker's first batch took 0.59-0.86 s with 8.
+PREFORK_SAMPLES = 16
 _STATE_FORMAT = "ncore_like.TrainingDataset/2"
 
 try:  # torch is optional: the dataset is a plain iterable without it
