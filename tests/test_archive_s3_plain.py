@@ -9,6 +9,7 @@ import datetime
 import hashlib
 import multiprocessing
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -132,6 +133,7 @@ def test_credentials_and_region_that_only_botocore_finds_go_to_s3fs(monkeypatch:
 def test_addresses_follow_botocore() -> None:
     aws = S3RangeFileSystem(endpoint=None, region="eu-west-1", credentials=None)
     assert aws._address("fleet/seq 1.itar") == ("https", "fleet.s3.eu-west-1.amazonaws.com", 443, "/seq%201.itar")
+    assert aws._address("fleet/k", "us-west-2") == ("https", "fleet.s3.us-west-2.amazonaws.com", 443, "/k")
     dotted = ("https", "s3.eu-west-1.amazonaws.com", 443, "/my.dotted.bucket/k")
     assert aws._address("s3://my.dotted.bucket/k") == dotted
     local = S3RangeFileSystem(endpoint="http://127.0.0.1:9000", region="us-east-1", credentials=None)
@@ -274,6 +276,7 @@ class ScriptedServer:
 
     def __init__(self, responses: list[bytes]) -> None:
         self.responses = responses
+        self.requests: list[str] = []  # their heads
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -283,12 +286,15 @@ class ScriptedServer:
         with connection:
             file = connection.makefile("rb")
             for response in self.responses:
-                while file.readline() not in (b"\r\n", b""):
-                    pass
+                head = []
+                while (line := file.readline()) not in (b"\r\n", b""):
+                    head.append(line.decode("latin-1"))
+                self.requests.append("".join(head))
                 connection.sendall(response)
 
-    def filesystem(self) -> S3RangeFileSystem:
-        return S3RangeFileSystem(endpoint=f"http://127.0.0.1:{self.port}", region="us-east-1", credentials=None)
+    def filesystem(self, credentials: tuple[str, str, str | None] | None = None) -> S3RangeFileSystem:
+        endpoint = f"http://127.0.0.1:{self.port}"
+        return S3RangeFileSystem(endpoint=endpoint, region="us-east-1", credentials=credentials)
 
 
 def test_chunked_and_unsized_bodies_are_read_whole() -> None:
@@ -316,3 +322,18 @@ def test_a_body_cut_short_is_a_transient_failure() -> None:
     with pytest.raises(ConnectionResetError, match="ended after 400 of 1000 bytes") as raised:
         server.filesystem().cat_file("bucket/key", start=0, end=1000)
     assert is_transient(raised.value)
+
+
+def test_a_bucket_in_another_region_is_followed() -> None:
+    document = b"<Error><Code>PermanentRedirect</Code><Message>Use the bucket's region</Message></Error>"
+    moved = b"HTTP/1.1 301 Moved Permanently\r\nx-amz-bucket-region: eu-west-1\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(document),
+        document,
+    )
+    answer = b"HTTP/1.1 206 Partial Content\r\nContent-Length: 4\r\n\r\nabcd"
+    server = ScriptedServer([moved, answer, answer])
+    fs = server.filesystem(credentials=("AKID", "secret", None))
+    assert fs.cat_file("bucket/key", start=0, end=4) == b"abcd"
+    assert fs.cat_file("bucket/key", start=4, end=8) == b"abcd"  # straight to the bucket's region
+    scopes = [re.search(r"Credential=AKID/\d+/([a-z0-9-]+)/s3/", request) for request in server.requests]
+    assert [scope.group(1) if scope else None for scope in scopes] == ["us-east-1", "eu-west-1", "eu-west-1"]

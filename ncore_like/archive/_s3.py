@@ -237,14 +237,17 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
         self._connections = connections
         self._connect_timeout, self._read_timeout = timeouts
         self._signing_keys: dict[tuple[str, str, str], bytes] = {}
+        self._bucket_regions: dict[str, str] = {}  # buckets found in another region
         self._idle: dict[tuple[str, str, int], list[_Link]] = {}
         self._slots: asyncio.Semaphore | None = None
         self._ssl: Any = None  # an ssl.SSLContext, made (and ssl imported) for the first https request
 
     # -- addressing ------------------------------------------------------------------------
 
-    def _address(self, path: str) -> tuple[str, str, int, str]:
-        """Scheme, host, port and URI-encoded path of the object ``bucket/key``."""
+    def _address(self, path: str, region: str | None = None) -> tuple[str, str, int, str]:
+        """Scheme, host, port and URI-encoded path of the object ``bucket/key`` (on AWS, in
+        ``region``, by default the configured one)."""
+        region = region or self._region
         bucket, _, key = self._strip_protocol(path).partition("/")
         if not bucket:
             raise FileNotFoundError(2, "no bucket in the path", path)
@@ -255,8 +258,8 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
             port = parts.port or (443 if scheme == "https" else 80)
             return scheme, host, port, f"/{bucket}/{encoded_key}"  # path style, as botocore with an endpoint
         if _BUCKET_NAME.fullmatch(bucket) and ".." not in bucket:
-            return "https", f"{bucket}.s3.{self._region}.amazonaws.com", 443, f"/{encoded_key}"
-        return "https", f"s3.{self._region}.amazonaws.com", 443, f"/{bucket}/{encoded_key}"
+            return "https", f"{bucket}.s3.{region}.amazonaws.com", 443, f"/{encoded_key}"
+        return "https", f"s3.{region}.amazonaws.com", 443, f"/{bucket}/{encoded_key}"
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> str:
@@ -271,8 +274,23 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
     async def _request(
         self, method: str, path: str, *, query: Mapping[str, str] | None = None, byte_range: str | None = None
     ) -> tuple[int, dict[str, str], bytes | bytearray]:
-        """One signed request: the status, the response's headers (lower-case names), its body."""
-        scheme, host, port, uri = self._address(path)
+        """One signed request: the status, the response's headers (lower-case names), its body.
+        A bucket in another region than the configured one answers with its region (HTTP 301
+        or 400, ``x-amz-bucket-region``): the request goes there, and so do the bucket's next
+        ones (botocore does the same)."""
+        bucket = self._strip_protocol(path).partition("/")[0]
+        region = self._bucket_regions.get(bucket, self._region)
+        status, headers, body = await self._send(method, path, region, query, byte_range)
+        moved = headers.get("x-amz-bucket-region")
+        if status in (301, 307, 400) and moved and moved != region:
+            self._bucket_regions[bucket] = moved
+            status, headers, body = await self._send(method, path, moved, query, byte_range)
+        return status, headers, body
+
+    async def _send(
+        self, method: str, path: str, region: str, query: Mapping[str, str] | None, byte_range: str | None
+    ) -> tuple[int, dict[str, str], bytes | bytearray]:
+        scheme, host, port, uri = self._address(path, region)
         query_text = _canonical_query(query) if query else ""
         host_header = host if port == (443 if scheme == "https" else 80) else f"{host}:{port}"
         headers = {"range": byte_range} if byte_range else {}
@@ -286,7 +304,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
                     query_text,
                     headers,
                     self._credentials,
-                    self._region,
+                    region,
                     now,
                     self._signing_keys,
                 )
