@@ -10,12 +10,15 @@ import hashlib
 import multiprocessing
 import os
 import re
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -274,8 +277,9 @@ class ScriptedServer:
     """An HTTP server on loopback answering the requests of one connection, in turn, with
     the raw ``responses``, then closing it."""
 
-    def __init__(self, responses: list[bytes]) -> None:
+    def __init__(self, responses: list[bytes], tls: ssl.SSLContext | None = None) -> None:
         self.responses = responses
+        self.tls = tls
         self.requests: list[str] = []  # their heads
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
@@ -283,6 +287,11 @@ class ScriptedServer:
 
     def _serve(self) -> None:
         connection, _ = self.listener.accept()
+        if self.tls is not None:
+            try:
+                connection = self.tls.wrap_socket(connection, server_side=True)
+            except OSError:  # the client refused the certificate
+                return
         with connection:
             file = connection.makefile("rb")
             for response in self.responses:
@@ -292,9 +301,17 @@ class ScriptedServer:
                 self.requests.append("".join(head))
                 connection.sendall(response)
 
-    def filesystem(self, credentials: tuple[str, str, str | None] | None = None) -> S3RangeFileSystem:
-        endpoint = f"http://127.0.0.1:{self.port}"
-        return S3RangeFileSystem(endpoint=endpoint, region="us-east-1", credentials=credentials)
+    def __enter__(self) -> ScriptedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.listener.close()
+
+    def filesystem(
+        self, credentials: tuple[str, str, str | None] | None = None, ca_bundle: str | None = None
+    ) -> S3RangeFileSystem:
+        endpoint = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        return S3RangeFileSystem(endpoint=endpoint, region="us-east-1", credentials=credentials, ca_bundle=ca_bundle)
 
 
 def test_chunked_and_unsized_bodies_are_read_whole() -> None:
@@ -337,3 +354,29 @@ def test_a_bucket_in_another_region_is_followed() -> None:
     assert fs.cat_file("bucket/key", start=4, end=8) == b"abcd"  # straight to the bucket's region
     scopes = [re.search(r"Credential=AKID/\d+/([a-z0-9-]+)/s3/", request) for request in server.requests]
     assert [scope.group(1) if scope else None for scope in scopes] == ["us-east-1", "eu-west-1", "eu-west-1"]
+
+
+def test_https_verifies_the_certificate_with_the_trusted_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTPS, as on AWS: the server's certificate is checked against the system's authorities,
+    or the bundle of AWS_CA_BUNDLE (as botocore does)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate")
+    certificate, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(certificate)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(certificate, key)
+    answer = b"HTTP/1.1 206 Partial Content\r\nContent-Length: 5\r\n\r\nhello"
+    with ScriptedServer([answer], tls=tls) as server:  # not trusted by the system
+        with pytest.raises(ConnectionError, match=f"127.0.0.1:{server.port}: .*certificate verify failed"):
+            server.filesystem().cat_file("bucket/key", start=0, end=5)
+    with ScriptedServer([answer], tls=tls) as server:
+        assert server.filesystem(ca_bundle=str(certificate)).cat_file("bucket/key", start=0, end=5) == b"hello"
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(certificate))
+    plain = range_filesystem("s3", {"endpoint_url": "https://127.0.0.1:9", "anon": True})
+    assert plain is not None and plain._ca_bundle == str(certificate)

@@ -141,6 +141,7 @@ def range_filesystem(protocol: str, options: Mapping[str, Any]) -> S3RangeFileSy
         credentials=credentials,
         connections=connections,
         timeouts=(float(timeouts[0]), float(timeouts[1])),
+        ca_bundle=environ.get("AWS_CA_BUNDLE") or None,  # botocore's too
     )
 
 
@@ -228,6 +229,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
         credentials: tuple[str, str, str | None] | None,
         connections: int = DEFAULT_CONNECTIONS,
         timeouts: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
+        ca_bundle: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(asynchronous=False, **kwargs)
@@ -236,6 +238,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
         self._credentials = credentials
         self._connections = connections
         self._connect_timeout, self._read_timeout = timeouts
+        self._ca_bundle = ca_bundle  # certificates to trust instead of the system's
         self._signing_keys: dict[tuple[str, str, str], bytes] = {}
         self._bucket_regions: dict[str, str] = {}  # buckets found in another region
         self._idle: dict[tuple[str, str, int], list[_Link]] = {}
@@ -349,7 +352,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
             if self._ssl is None:
                 import ssl
 
-                self._ssl = ssl.create_default_context()
+                self._ssl = ssl.create_default_context(cafile=self._ca_bundle)
             context = self._ssl
         opening = asyncio.get_running_loop().create_connection(_Link, host, port, ssl=context)
         try:
