@@ -120,6 +120,10 @@ def test_which_options_the_plain_reader_takes(options: dict[str, Any], plain: bo
 
 
 def test_credentials_and_region_that_only_botocore_finds_go_to_s3fs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "work")
+    assert range_filesystem("s3", {"endpoint_url": "http://127.0.0.1:9"}) is None  # the profile's credentials
+    assert range_filesystem("s3", BASE) is not None  # the options' credentials come first
+    monkeypatch.delenv("AWS_PROFILE")
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     assert range_filesystem("s3", {"endpoint_url": "http://127.0.0.1:9"}) is None  # files, SSO, instance roles

@@ -105,7 +105,9 @@ def range_filesystem(protocol: str, options: Mapping[str, Any]) -> S3RangeFileSy
         token = options.get("token")
         if key is None and secret is None and token is None:
             # botocore's order: the options, then the environment, then files and services
-            # (which s3fs resolves).
+            # (which s3fs resolves); a profile named in the environment is botocore's to read.
+            if environ.get("AWS_PROFILE") or environ.get("AWS_DEFAULT_PROFILE"):
+                return None
             key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
             token = environ.get("AWS_SESSION_TOKEN") or environ.get("AWS_SECURITY_TOKEN")
         if not isinstance(key, str) or not isinstance(secret, str) or not key or not secret:
