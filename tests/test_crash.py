@@ -26,14 +26,18 @@ from tests.support.killed_writer import key, payload
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_and_kill(args: list[str], kill_after: int, delay: float, signal_number: int = signal.SIGKILL) -> list[str]:
+def run_and_kill(
+    args: list[str], kill_after: int, delay: float, signal_number: int = signal.SIGKILL, *, hold: float = 0.0
+) -> list[str]:
     """Runs the writer, signals it (SIGKILL by default) after ``kill_after`` lines of its
-    log (plus ``delay`` seconds), and returns the lines it printed."""
+    log (plus ``delay`` seconds), and returns the lines it printed. ``hold``: seconds the
+    writer waits after its last record before it closes (so that the signal lands first)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.support.killed_writer", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "KILLED_WRITER_HOLD": str(hold)},
     )
     assert process.stdout is not None
     lines: list[str] = []
@@ -235,7 +239,8 @@ def test_a_writer_stopped_mid_upload_leaves_the_object_it_replaces(
         archive["old"] = b"the archive that was there"
     before = target.read_bytes()
     options = {**s3_storage_options, "default_block_size": 5 << 20}
-    lines = run_and_kill([str(target), "3", "60", "0", "records", json.dumps(options)], 50, 0.0, signal_number)
+    args = [str(target), "3", "60", "0", "records", json.dumps(options)]
+    lines = run_and_kill(args, 50, 0.0, signal_number, hold=60)
     assert "closed" not in lines
     target.fs.invalidate_cache()
     assert target.read_bytes() == before
@@ -248,6 +253,6 @@ def test_a_writer_stopped_mid_upload_leaves_the_object_it_replaces(
 def test_a_writer_killed_mid_upload_leaves_no_object(s3_bucket: UPath, s3_storage_options: dict[str, Any]) -> None:
     # 60 records of up to 200 kB: several multipart parts are on their way when it dies.
     options = {**s3_storage_options, "default_block_size": 5 << 20}
-    lines = run_and_kill([f"{s3_bucket}/k.itar", "3", "60", "0", "records", json.dumps(options)], 50, 0.0)
+    lines = run_and_kill([f"{s3_bucket}/k.itar", "3", "60", "0", "records", json.dumps(options)], 50, 0.0, hold=60)
     assert "closed" not in lines
     assert not _exists(s3_bucket, "k.itar")

@@ -7,13 +7,18 @@ Usage: ``python -m tests.support.killed_writer LOCATION SEED COUNT FLUSH_EVERY M
   array per record through ``IndexedTarZarrStore`` (zarr format 2), consolidated at close.
 * Prints ``wrote KEY`` after each record, ``flushed N`` after a ``flush()`` returned with N
   records written, ``closing`` before ``close()`` and ``closed`` after it.
+* With ``KILLED_WRITER_HOLD`` (seconds) in the environment, prints ``holding`` after the
+  last record and waits that long before closing: a test that must stop the writer before
+  its close doesn't race the close (on a busy machine the test may read the lines late).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
+import time
 
 import numpy as np
 from upath import UPath
@@ -63,6 +68,10 @@ def main() -> None:
         if flush_every and (index + 1) % flush_every == 0:
             flush()
             log(f"flushed {index + 1}")
+    hold = float(os.environ.get("KILLED_WRITER_HOLD", "0"))
+    if hold:
+        log("holding")
+        time.sleep(hold)
     log("closing")
     close()
     log("closed")
