@@ -197,7 +197,7 @@ def test_missing_objects_and_buckets_name_the_url(s3_bucket: UPath) -> None:
     for location in (s3_bucket / "nothing.itar", UPath("s3://no-such-bucket-here/x.itar", **s3_bucket.storage_options)):
         with pytest.raises(FileNotFoundError) as raised:
             IndexedTarArchive(location)
-        assert str(location) in str(raised.value)
+        assert str(location) in str(raised.value) and "no such file or object (HTTP 404 NoSuch" in str(raised.value)
 
 
 def test_an_endpoint_that_refuses_connections_is_named() -> None:

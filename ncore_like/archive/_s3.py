@@ -373,7 +373,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
         found = re.search(r"<Message>(.*?)</Message>", text, re.S)
         message = found.group(1).strip() if found else ""
         if status == 404:
-            return _Missing(2, message or code or "no such object", path)
+            return _Missing(status, code or "NoSuchKey", message or "no such object")
         if status == 403:
             return _Denied(status, code or "AccessDenied", message or "access denied")
         if status in (301, 307) and code == "PermanentRedirect":
