@@ -240,7 +240,7 @@ def test_a_writer_stopped_mid_upload_leaves_the_object_it_replaces(
     before = target.read_bytes()
     options = {**s3_storage_options, "default_block_size": 5 << 20}
     args = [str(target), "3", "60", "0", "records", json.dumps(options)]
-    lines = run_and_kill(args, 50, 0.0, signal_number, hold=60)
+    lines = run_and_kill(args, 50, 0.0, signal_number, hold=30)
     assert "closed" not in lines
     target.fs.invalidate_cache()
     assert target.read_bytes() == before
@@ -253,6 +253,6 @@ def test_a_writer_stopped_mid_upload_leaves_the_object_it_replaces(
 def test_a_writer_killed_mid_upload_leaves_no_object(s3_bucket: UPath, s3_storage_options: dict[str, Any]) -> None:
     # 60 records of up to 200 kB: several multipart parts are on their way when it dies.
     options = {**s3_storage_options, "default_block_size": 5 << 20}
-    lines = run_and_kill([f"{s3_bucket}/k.itar", "3", "60", "0", "records", json.dumps(options)], 50, 0.0, hold=60)
+    lines = run_and_kill([f"{s3_bucket}/k.itar", "3", "60", "0", "records", json.dumps(options)], 50, 0.0, hold=30)
     assert "closed" not in lines
     assert not _exists(s3_bucket, "k.itar")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import sys
 import time
 
@@ -37,6 +38,9 @@ def key(index: int) -> str:
 
 
 def main() -> None:
+    # Ctrl-C raises KeyboardInterrupt here even where the suite was started as a background
+    # job, whose processes inherit SIGINT ignored (the writer then ran on and closed).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     location, seed, count, flush_every, mode = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
     options = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
     target = UPath(location, **options) if options else location
