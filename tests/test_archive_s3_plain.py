@@ -230,80 +230,38 @@ def test_a_forked_child_reads_on_its_own_connections(s3_archive: tuple[UPath, di
     assert archive["frames/002"] == records["frames/002"]
 
 
-class ClosingServer:
-    """An HTTP server on loopback that answers each connection's first request with 206 and
-    ``body``, then closes the connection on its next request without answering (as a server
-    that dropped an idle keep-alive connection)."""
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-        self.connections = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
-
-    def _answer(self, connection: socket.socket) -> None:
-        with connection:
-            file = connection.makefile("rb")
-            for request in range(2):
-                while file.readline() not in (b"\r\n", b""):
-                    pass
-                if request == 0:
-                    head = f"HTTP/1.1 206 Partial Content\r\nContent-Length: {len(self.body)}\r\n\r\n"
-                    connection.sendall(head.encode() + self.body)
-
-    def close(self) -> None:
-        self.listener.close()
-
-
-def test_a_connection_the_server_closed_is_replaced() -> None:
-    server = ClosingServer(b"0123456789")
-    try:
-        fs = S3RangeFileSystem(endpoint=f"http://127.0.0.1:{server.port}", region="us-east-1", credentials=None)
-        assert fs.cat_file("bucket/key", start=0, end=10) == b"0123456789"
-        assert fs.cat_file("bucket/key", start=0, end=10) == b"0123456789"  # the first connection was dropped
-        assert server.connections == 2
-    finally:
-        server.close()
-
-
 class ScriptedServer:
-    """An HTTP server on loopback answering the requests of one connection, in turn, with
-    the raw ``responses``, then closing it."""
+    """An HTTP server on loopback: its ``n``-th connection answers its requests, in turn, with
+    the raw responses of the ``n``-th script, then closes; a ``None`` in a script closes the
+    connection without answering (as a server that dropped an idle keep-alive connection)."""
 
-    def __init__(self, responses: list[bytes], tls: ssl.SSLContext | None = None) -> None:
-        self.responses = responses
+    def __init__(self, *scripts: list[bytes | None], tls: ssl.SSLContext | None = None) -> None:
+        self.scripts = scripts
         self.tls = tls
+        self.connections = 0
         self.requests: list[str] = []  # their heads
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        connection, _ = self.listener.accept()
-        if self.tls is not None:
-            try:
-                connection = self.tls.wrap_socket(connection, server_side=True)
-            except OSError:  # the client refused the certificate
-                return
-        with connection:
-            file = connection.makefile("rb")
-            for response in self.responses:
-                head = []
-                while (line := file.readline()) not in (b"\r\n", b""):
-                    head.append(line.decode("latin-1"))
-                self.requests.append("".join(head))
-                connection.sendall(response)
+        for script in self.scripts:
+            connection, _ = self.listener.accept()
+            self.connections += 1
+            if self.tls is not None:
+                try:
+                    connection = self.tls.wrap_socket(connection, server_side=True)
+                except OSError:  # the client refused the certificate
+                    return
+            with connection, connection.makefile("rb") as file:  # both: the file keeps the socket open
+                for response in script:
+                    head = []
+                    while (line := file.readline()) not in (b"\r\n", b""):
+                        head.append(line.decode("latin-1"))
+                    self.requests.append("".join(head))
+                    if response is None:
+                        break
+                    connection.sendall(response)
 
     def __enter__(self) -> ScriptedServer:
         return self
@@ -384,3 +342,12 @@ def test_https_verifies_the_certificate_with_the_trusted_bundle(
     monkeypatch.setenv("AWS_CA_BUNDLE", str(certificate))
     plain = range_filesystem("s3", {"endpoint_url": "https://127.0.0.1:9", "anon": True})
     assert plain is not None and plain._ca_bundle == str(certificate)
+
+
+def test_a_connection_the_server_closed_is_replaced() -> None:
+    answer = b"HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n\r\n0123456789"
+    with ScriptedServer([answer, None], [answer]) as server:
+        fs = server.filesystem()
+        assert fs.cat_file("bucket/key", start=0, end=10) == b"0123456789"
+        assert fs.cat_file("bucket/key", start=0, end=10) == b"0123456789"  # the first connection was dropped
+        assert server.connections == 2

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from .._concurrency import await_on_loop, fsspec_loop, io_loop, sync
 from ..errors import ArchiveFormatError
 from ._location import Location
-from ._retry import RetryPolicy, ShortBody
+from ._retry import S3_PROTOCOLS, RetryPolicy, ShortBody
 from ._sources import remote_errors, remote_failure, truncated
 
 __all__ = ["BUFFERED_BLOCK_SIZE", "FsspecSource", "glob_remote", "read_object", "reading_filesystem"]
@@ -60,7 +60,7 @@ def reading_filesystem(upath: Any, retry: RetryPolicy, *, listing: bool = False)
     again by the filesystem object of the user's options, which the ``UPath`` keeps (a lookup
     in fsspec's instance cache tokenizes the options, tens of microseconds of every opening).
     One object per options means one client: on S3 its setup costs ~0.1 s."""
-    if not listing and upath.protocol in ("s3", "s3a") and os.environ.get(S3_CLIENT_VARIABLE, "") != "s3fs":
+    if not listing and upath.protocol in S3_PROTOCOLS and os.environ.get(S3_CLIENT_VARIABLE, "") != "s3fs":
         plain = _plain_filesystem(upath.protocol, upath.storage_options)
         if plain is not None:
             return plain

@@ -25,7 +25,7 @@ from .._defaults import RETRY_ATTEMPTS, RETRY_BASE_DELAY, RETRY_DEADLINE, RETRY_
 from .._log import library_logger
 from ..errors import NcoreLikeError, RemoteStorageError
 
-__all__ = ["RetryPolicy", "ShortBody", "http_status", "is_transient"]
+__all__ = ["S3_PROTOCOLS", "RetryPolicy", "ShortBody", "http_status", "is_transient"]
 
 T = TypeVar("T")
 
@@ -182,7 +182,7 @@ class RetryPolicy:
     def storage_options(self, protocol: str, options: Mapping[str, Any]) -> dict[str, Any]:
         """``options`` of a filesystem of ``protocol`` for reads under this policy: on S3,
         botocore's retries set to one attempt, unless ``options`` set them."""
-        if protocol not in _S3_PROTOCOLS:
+        if protocol not in S3_PROTOCOLS:
             return dict(options)
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("retries", dict(_ONE_ATTEMPT))
@@ -198,5 +198,6 @@ class RetryPolicy:
             filesystem.retries = 1
 
 
-_S3_PROTOCOLS = frozenset({"s3", "s3a"})
+#: The protocols of S3 URLs (s3fs takes both).
+S3_PROTOCOLS = frozenset({"s3", "s3a"})
 _ONE_ATTEMPT = {"total_max_attempts": 1}

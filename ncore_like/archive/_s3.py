@@ -33,6 +33,8 @@ from urllib.parse import quote, urlsplit
 import fsspec.asyn
 import fsspec.spec
 
+from ._retry import S3_PROTOCOLS
+
 __all__ = ["S3RangeFileSystem", "S3ResponseError", "range_filesystem", "sign_v4"]
 
 #: Storage options the plain path understands; any other sends the archive to s3fs.
@@ -92,7 +94,7 @@ class _NoAnswer(_Disconnected):
 def range_filesystem(protocol: str, options: Mapping[str, Any]) -> S3RangeFileSystem | None:
     """The plain-HTTP filesystem for reading ``protocol://`` archives with the storage
     ``options``, or None where s3fs must read them (see the module)."""
-    if protocol not in ("s3", "s3a") or not set(options) <= _OPTIONS:
+    if protocol not in S3_PROTOCOLS or not set(options) <= _OPTIONS:
         return None
     client = dict(options.get("client_kwargs") or {})
     config = dict(options.get("config_kwargs") or {})
@@ -220,7 +222,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
     """Reads S3 objects by range with signed plain-HTTP requests (see the module); made by
     :func:`range_filesystem`, one object per set of options (fsspec's instance cache)."""
 
-    protocol = ("s3", "s3a")
+    protocol = tuple(sorted(S3_PROTOCOLS))
     root_marker = ""
 
     def __init__(
@@ -236,6 +238,11 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
     ) -> None:
         super().__init__(asynchronous=False, **kwargs)
         self._endpoint = endpoint
+        self._origin: tuple[str, str, int] | None = None  # the endpoint's scheme, host and port
+        if endpoint is not None:
+            parts = urlsplit(endpoint)
+            scheme = parts.scheme
+            self._origin = (scheme, str(parts.hostname), parts.port or (443 if scheme == "https" else 80))
         self._region = region
         self._credentials = credentials
         self._connections = connections
@@ -257,11 +264,8 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
         if not bucket:
             raise FileNotFoundError(2, "no bucket in the path", path)
         encoded_key = quote(key, safe="/-_.~")
-        if self._endpoint is not None:
-            parts = urlsplit(self._endpoint)
-            scheme, host = parts.scheme, str(parts.hostname)
-            port = parts.port or (443 if scheme == "https" else 80)
-            return scheme, host, port, f"/{bucket}/{encoded_key}"  # path style, as botocore with an endpoint
+        if self._origin is not None:
+            return *self._origin, f"/{bucket}/{encoded_key}"  # path style, as botocore with an endpoint
         if _BUCKET_NAME.fullmatch(bucket) and ".." not in bucket:
             return "https", f"{bucket}.s3.{region}.amazonaws.com", 443, f"/{encoded_key}"
         return "https", f"s3.{region}.amazonaws.com", 443, f"/{bucket}/{encoded_key}"
