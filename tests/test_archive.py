@@ -137,6 +137,32 @@ def test_node_metadata_records_are_rewritable_and_appended_at_close(tmp_path: Pa
     assert archive.records[".zgroup"].offset > archive.records["a/0"].offset
 
 
+def test_records_items_agree_with_lookups_in_archive_order(tmp_path: Path) -> None:
+    # items() reads the table's lists in one pass (ncore-like ls --long): it must pair each
+    # key with its own record, skip superseded versions and give Python ints (JSON output).
+    path = tmp_path / "i.itar"
+
+    def by_lookup(archive: IndexedTarArchive) -> list[tuple[str, Record]]:
+        return [(key, archive.records[key]) for key in archive.keys() if key in archive.records]
+
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive[".zgroup"] = b"first"
+        for index in range(300):
+            archive[f"a/{index}"] = bytes(index % 7)
+        archive.flush()  # .zgroup is written, then superseded below
+        archive[".zgroup"] = b'{"zarr_format": 2}'
+        archive.flush()
+        archive["b/0"] = b"last"
+        assert list(archive.records.items()) == by_lookup(archive)
+    for _ in range(2):  # a first open (the decoded table) and a cached one
+        archive = IndexedTarArchive(path)
+        items = list(archive.records.items())
+        assert [key for key, _ in items] == archive.keys() and len(items) == 302
+        assert items == by_lookup(archive)
+        assert all(type(record.offset) is int and type(record.size) is int for _, record in items)
+        archive.close()
+
+
 def test_chunk_records_are_write_once(tmp_path: Path) -> None:
     path = tmp_path / "w.itar"
     with IndexedTarArchive(path, mode="w") as archive:

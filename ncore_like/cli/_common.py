@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import fnmatch
 import json
 import sys
@@ -148,6 +147,8 @@ def warn_unused_storage_options(args: argparse.Namespace) -> None:
 
 def close_matches(name: str, candidates: Iterable[str]) -> str:
     """`` (did you mean 'a', 'b'?)`` for the candidates nearest to ``name``, or nothing."""
+    import difflib  # here: only a name not found needs it
+
     matches = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(map(repr, matches))}?)" if matches else ""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..archive import IndexedTarArchive
@@ -30,17 +31,18 @@ def run(args: argparse.Namespace) -> int:
     """Prints the keys (``--long``: with offsets and sizes; ``--json``: a list of
     ``{"key", "offset", "size"}``)."""
     location = Location.parse(args.archive, args.storage_options)
+    listing_only = not (args.json or args.long)
     with reporting(location.name), IndexedTarArchive(location.target) as archive:
-        records = archive.records
-        entries = [(key, records[key]) for key in archive.keys()]
-    if args.json:
+        keys = archive.keys() if listing_only else []
+        entries = [] if listing_only else list(archive.records.items())
+    if listing_only:
+        if keys:  # one write: a print per key took a tenth of the command's time
+            sys.stdout.write("\n".join(keys) + "\n")
+    elif args.json:
         print_json([{"key": key, "offset": record.offset, "size": record.size} for key, record in entries])
-    elif args.long:
+    else:
         offset_width = max((len(str(record.offset)) for _, record in entries), default=1)
         size_width = max((len(str(record.size)) for _, record in entries), default=1)
         for key, record in entries:
             print(f"{record.offset:>{offset_width}} {record.size:>{size_width}}  {key}")
-    else:
-        for key, _ in entries:
-            print(key)
     return 0
