@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from .. import _compat
 from .._codecs import blosc_compress, blosc_compressor
-from .._concurrency import default_workers, in_worker_thread, ordered_map, worker_pool, worker_threads
+from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES
 from ._compression import BloscCompression
 
@@ -162,8 +162,8 @@ def encode_chunk_batches(
 
     Compressed chunks are encoded on the shared worker pool, a bounded number of batches
     ahead of the consumer (which writes them meanwhile): Blosc releases the GIL, so encoding
-    runs on every core. From a thread of that pool, and uncompressed, they are encoded
-    inline. Chunks that are runs of whole rows of C-ordered values (chunk shape
+    runs on every core. From a thread of that pool, uncompressed, and up to
+    ``_INLINE_CHUNK_BYTES`` each (small chunks are GIL-bound), they are encoded inline. Chunks that are runs of whole rows of C-ordered values (chunk shape
     ``(k, *shape[1:])``) are byte ranges of the values: only the last one may need padding.
     """
     shape = tuple(values.shape)
@@ -184,14 +184,16 @@ def encode_chunk_batches(
     def encode(batch: list[Coords]) -> _R:
         return finish(batch, records_of(batch))
 
-    if compression is None or in_worker_thread() or math.prod(grid) <= 1:
+    if compression is None or in_worker_thread() or math.prod(grid) <= 1 or chunk_bytes <= _INLINE_CHUNK_BYTES:
         yield from map(encode, batches)
         return
     encoded = ordered_map(
         worker_pool(),
         encode,
         batches,
-        max_items=_batches_in_flight(chunk_bytes),
+        # Enough batches ahead that no thread waits while the consumer writes one (a 268 MB
+        # volume of 4 MB chunks: 245 -> 181 ms with 8 in flight instead of 3).
+        max_items=2 * worker_threads(),
         max_bytes=ENCODE_AHEAD_BYTES,
         size=lambda batch: chunk_bytes * len(batch),
     )
@@ -247,25 +249,14 @@ def _row_records(
 
 _T = TypeVar("_T")
 
-
-def _batches_in_flight(chunk_bytes: int) -> int:
-    """How many batches :func:`encode_chunk_batches` keeps on the worker pool at once."""
-    if chunk_bytes < _GIL_BOUND_CHUNK_BYTES:
-        # Batches of chunks this small hold the GIL for a good share of their time (Python
-        # per chunk, packing into tar members): more of them at once than cores only adds GIL
-        # hand-offs between threads. A [20000, 1024] f4 array on 2 cores, durable=False,
-        # chunks of 1 row: 589 ms with 2 in flight against 687 with 8; of 2 rows: 330-352
-        # against 395-441; of 16 rows (64 KB), 2 in flight was slower (156-188 against 138-152).
-        return max(1, min(worker_threads(), default_workers()))
-    # Larger chunks spend their time in Blosc, without the GIL: enough batches ahead that no
-    # thread waits while the consumer writes one (a 268 MB volume of 4 MB chunks: 245 -> 181
-    # ms with 8 in flight instead of 3).
-    return 2 * worker_threads()
-
-
-#: Chunks smaller than this are encoded with at most one batch per CPU in flight (see
-#: :func:`_batches_in_flight`).
-_GIL_BOUND_CHUNK_BYTES = 16 << 10
+#: Compressed chunks up to this size are encoded on the calling thread, not on the worker
+#: pool. Encoding one holds the GIL for most of its time (Python per chunk, packing it as a
+#: tar member: Blosc itself was ~6.5 of ~25 us of CPU per 4 KB row here), so threads can't
+#: run it side by side, and handing the GIL from one to the next costs more than they
+#: overlap. A [20000, 1024] float32 array, 2 CPUs, durable=False, best of 4: chunks of one
+#: row (4 KB) 414-535 ms inline against 580-660 ms on the pool, 16 KB 247-279 against
+#: 306-335, with a third less CPU; from 32 KB on the pool is faster (185-223 against 224-273).
+_INLINE_CHUNK_BYTES = 16 << 10
 
 
 def _batches(items: Iterator[_T], size: int) -> Iterator[list[_T]]:
