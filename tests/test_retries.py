@@ -224,6 +224,27 @@ def test_the_policy_is_checked_and_pickles_with_the_archive(tmp_path: Path) -> N
         IndexedTarArchive(tmp_path / "seq.itar", retry=3)  # type: ignore[arg-type]
 
 
+def test_a_policy_is_a_value() -> None:
+    # Compared, hashed and shown by its fields, and unchangeable (as a frozen dataclass is).
+    policy = RetryPolicy(attempts=3, deadline=5.0)
+    assert policy == RetryPolicy(attempts=3, deadline=5.0) and hash(policy) == hash(
+        RetryPolicy(attempts=3, deadline=5.0)
+    )
+    for other in (
+        RetryPolicy(),
+        RetryPolicy(attempts=3, deadline=6.0),
+        RetryPolicy(attempts=3, deadline=5.0, transient=bool),
+    ):
+        assert policy != other
+    assert policy != (3, 0.1, 2.0, 5.0, policy.transient) and len({policy, RetryPolicy(attempts=3, deadline=5.0)}) == 1
+    assert repr(policy).startswith("RetryPolicy(attempts=3, base_delay=0.1, max_delay=2.0, deadline=5.0, transient=")
+    with pytest.raises(AttributeError, match="can't be changed"):
+        policy.attempts = 4  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="can't be changed"):
+        del policy.deadline  # type: ignore[misc]
+    assert policy.attempts == 3 and policy.deadline == 5.0
+
+
 def test_a_users_own_botocore_retries_are_kept() -> None:
     policy = RetryPolicy()
     ours = policy.storage_options("s3", {"anon": True})

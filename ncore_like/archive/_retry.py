@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._defaults import RETRY_ATTEMPTS, RETRY_BASE_DELAY, RETRY_DEADLINE, RETRY_MAX_DELAY
@@ -79,7 +78,9 @@ def is_transient(error: BaseException) -> bool:
     return bool({cls.__name__ for cls in type(error).__mro__} & _TRANSIENT)
 
 
-@dataclass(frozen=True, init=False)
+_FIELDS = ("attempts", "base_delay", "max_delay", "deadline", "transient")
+
+
 class RetryPolicy:
     """How remote reads meet transient failures (``retry=`` of
     :class:`~ncore_like.IndexedTarArchive` and the classes that open archives).
@@ -132,6 +133,30 @@ class RetryPolicy:
         object.__setattr__(self, "max_delay", float(max_delay))
         object.__setattr__(self, "deadline", float(deadline))
         object.__setattr__(self, "transient", transient)
+
+    # A value, as a frozen dataclass would be, written out: the dataclasses module (and the
+    # inspect module it imports) cost every command and fresh process ~15 ms to import.
+    def _fields(self) -> tuple[int, float, float, float, Callable[[BaseException], bool]]:
+        return (self.attempts, self.base_delay, self.max_delay, self.deadline, self.transient)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, RetryPolicy)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(_FIELDS, self._fields(), strict=True))
+        return f"{type(self).__name__}({fields})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a RetryPolicy can't be changed, make another")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a RetryPolicy can't be changed, make another")
 
     def delay(self, error: BaseException, attempt: int) -> float:
         """Seconds to wait after attempt ``attempt`` (from 1) failed with ``error``."""

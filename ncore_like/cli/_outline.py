@@ -7,8 +7,7 @@ zarr-python would. :func:`archive_outline` picks."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .._pack._hierarchy import blob_size_of, open_root, open_root_documents
 from ..store._documents import (
@@ -31,8 +30,7 @@ __all__ = ["ArrayOutline", "GroupOutline", "archive_outline", "outline_array", "
 ZarrFormat = Literal[2, 3]
 
 
-@dataclass(frozen=True)
-class ArrayOutline:
+class ArrayOutline(NamedTuple):
     """What ``info`` and ``tree`` say of an array."""
 
     name: str
@@ -50,8 +48,7 @@ class ArrayOutline:
     chunk_key: Callable[[tuple[int, ...]], str]
 
 
-@dataclass(frozen=True)
-class GroupOutline:
+class GroupOutline(NamedTuple):
     """What ``info`` and ``tree`` say of a group."""
 
     name: str

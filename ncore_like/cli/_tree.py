@@ -7,8 +7,7 @@ import argparse
 import itertools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _compat
 from ..store._documents import describe_codecs
@@ -47,8 +46,7 @@ RecordSize = Callable[[str], int | None]
 DEFAULT_LIMIT = 25
 
 
-@dataclass(frozen=True)
-class ArraySummary:
+class ArraySummary(NamedTuple):
     """What the tree shows of an array."""
 
     shape: tuple[int, ...]

@@ -163,8 +163,9 @@ def encode_chunk_batches(
     Compressed chunks are encoded on the shared worker pool, a bounded number of batches
     ahead of the consumer (which writes them meanwhile): Blosc releases the GIL, so encoding
     runs on every core. From a thread of that pool, uncompressed, and up to
-    ``_INLINE_CHUNK_BYTES`` each (small chunks are GIL-bound), they are encoded inline. Chunks that are runs of whole rows of C-ordered values (chunk shape
-    ``(k, *shape[1:])``) are byte ranges of the values: only the last one may need padding.
+    ``_INLINE_CHUNK_BYTES`` each (small chunks are GIL-bound), they are encoded inline.
+    Chunks that are runs of whole rows of C-ordered values (chunk shape ``(k, *shape[1:])``)
+    are byte ranges of the values: only the last one may need padding.
     """
     shape = tuple(values.shape)
     grid = chunk_grid_shape(shape, chunks)
