@@ -304,12 +304,20 @@ class Backend:
             if not 0 <= index < rows:
                 return None
             given = out is not None
+            target = _NO_VIEW
             if given:
-                if not (isinstance(out, ndarray) and out.dtype == dtype and out.shape == row_shape):
+                if not (isinstance(out, ndarray) and out.shape == row_shape):
                     return None
-                flags = out.flags
-                if not (flags.c_contiguous and flags.writeable):
+                if out.dtype is not dtype and out.dtype != dtype:  # the same object, mostly: no comparison
                     return None
+                if copy_small:  # the memory the decoded bytes go to, checked on it (~0.3 us less)
+                    target = out.data
+                    if target.readonly or not target.c_contiguous:
+                        return None
+                else:
+                    flags = out.flags
+                    if not (flags.c_contiguous and flags.writeable):
+                        return None
             key = f"{prefix}{index}{suffix}" if prefix is not None else chunk_key((index, *rest))
             count()
             try:
@@ -325,7 +333,7 @@ class Backend:
                         return row if flat else row.reshape(row_shape)
                     out = empty(row_shape, dtype)
                 if copy_small:
-                    out.data.cast("B")[:] = blosc_decoded(read(key), nbytes, key, where)
+                    target.cast("B")[:] = blosc_decoded(read(key), nbytes, key, where)
                 elif compressed:
                     blosc_into(read(key), out, nbytes, key, where)  # Blosc fills out's memory
                 else:
@@ -513,6 +521,10 @@ def _row_key_parts(chunk_key: Callable[[tuple[int, ...]], str], ndim: int) -> tu
     if any(row_key(index) != f"{prefix}{index}{suffix}" for index in (0, 10, 12345)):
         return None, ""
     return prefix, suffix
+
+
+#: The row reader's view of an ``out`` it was not given.
+_NO_VIEW = memoryview(b"")
 
 
 def _bytes_view(array: NDArray) -> memoryview | None:
