@@ -14,6 +14,7 @@ __all__ = [
     "ENCODE_AHEAD_BYTES",
     "ENCODE_BATCH_BYTES",
     "INLINE_BYTES",
+    "INLINE_ENCODE_CHUNK_BYTES",
     "MAX_BYTES_IN_FLIGHT",
     "NODE_CACHE_SIZE",
     "PACKED_BATCH_BYTES",
@@ -79,6 +80,15 @@ ENCODE_AHEAD_BYTES = 64 << 20
 #: Encoding 20,000 chunks of 4 KiB took 0.72 s one per task, 0.34 s in batches of 64 KiB,
 #: 0.42 s of 256 KiB, 0.46 s of 1 MiB (scripts/bench_write.py --only batch, busy machine).
 ENCODE_BATCH_BYTES = 64 << 10
+
+#: Compressed chunks up to this size are encoded on the calling thread, not on the worker
+#: pool. Encoding one holds the GIL for most of its time (Python per chunk, packing it as a
+#: tar member: Blosc itself was ~6.5 of ~25 us of CPU per 4 KB row), so threads can't run it
+#: side by side, and handing the GIL from one to the next costs more than they overlap. A
+#: [20000, 1024] float32 array, 2 CPUs, durable=False, best of 4: chunks of one row (4 KB)
+#: 414-535 ms inline against 580-660 ms on the pool, 16 KB 247-279 against 306-335, with a
+#: third less CPU; from 32 KB on the pool is faster (185-223 against 224-273).
+INLINE_ENCODE_CHUNK_BYTES = 16 << 10
 
 #: Small chunks written into an archive by ``create_array`` are encoded and laid out as tar
 #: members in batches of about this many raw bytes (one task of the worker pool, one write):

@@ -136,8 +136,8 @@ class RetryPolicy:
 
     # A value, as a frozen dataclass would be, written out: the dataclasses module (and the
     # inspect module it imports) cost every command and fresh process ~15 ms to import.
-    def _fields(self) -> tuple[int, float, float, float, Callable[[BaseException], bool]]:
-        return (self.attempts, self.base_delay, self.max_delay, self.deadline, self.transient)
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _FIELDS)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):

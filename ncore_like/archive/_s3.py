@@ -91,6 +91,10 @@ class _NoAnswer(_Disconnected):
     dropped, when the connection was reused."""
 
 
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
 def range_filesystem(protocol: str, options: Mapping[str, Any]) -> S3RangeFileSystem | None:
     """The plain-HTTP filesystem for reading ``protocol://`` archives with the storage
     ``options``, or None where s3fs must read them (see the module)."""
@@ -242,7 +246,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
         if endpoint is not None:
             parts = urlsplit(endpoint)
             scheme = parts.scheme
-            self._origin = (scheme, str(parts.hostname), parts.port or (443 if scheme == "https" else 80))
+            self._origin = (scheme, str(parts.hostname), parts.port or _default_port(scheme))
         self._region = region
         self._credentials = credentials
         self._connections = connections
@@ -301,7 +305,7 @@ class S3RangeFileSystem(fsspec.asyn.AsyncFileSystem):  # type: ignore[misc]
     ) -> tuple[int, dict[str, str], bytes | bytearray]:
         scheme, host, port, uri = self._address(path, region)
         query_text = _canonical_query(query) if query else ""
-        host_header = host if port == (443 if scheme == "https" else 80) else f"{host}:{port}"
+        host_header = host if port == _default_port(scheme) else f"{host}:{port}"
         headers = {"range": byte_range} if byte_range else {}
         if self._credentials is not None:
             now = datetime.datetime.now(datetime.UTC)

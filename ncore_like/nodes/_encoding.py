@@ -23,7 +23,7 @@ import numpy.typing as npt
 from .. import _compat
 from .._codecs import blosc_compress, blosc_compressor
 from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
-from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES
+from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES, INLINE_ENCODE_CHUNK_BYTES
 from ._compression import BloscCompression
 
 __all__ = [
@@ -163,7 +163,7 @@ def encode_chunk_batches(
     Compressed chunks are encoded on the shared worker pool, a bounded number of batches
     ahead of the consumer (which writes them meanwhile): Blosc releases the GIL, so encoding
     runs on every core. From a thread of that pool, uncompressed, and up to
-    ``_INLINE_CHUNK_BYTES`` each (small chunks are GIL-bound), they are encoded inline.
+    ``INLINE_ENCODE_CHUNK_BYTES`` each (small chunks are GIL-bound), they are encoded inline.
     Chunks that are runs of whole rows of C-ordered values (chunk shape ``(k, *shape[1:])``)
     are byte ranges of the values: only the last one may need padding.
     """
@@ -185,7 +185,7 @@ def encode_chunk_batches(
     def encode(batch: list[Coords]) -> _R:
         return finish(batch, records_of(batch))
 
-    if compression is None or in_worker_thread() or math.prod(grid) <= 1 or chunk_bytes <= _INLINE_CHUNK_BYTES:
+    if compression is None or in_worker_thread() or math.prod(grid) <= 1 or chunk_bytes <= INLINE_ENCODE_CHUNK_BYTES:
         yield from map(encode, batches)
         return
     encoded = ordered_map(
@@ -249,15 +249,6 @@ def _row_records(
 
 
 _T = TypeVar("_T")
-
-#: Compressed chunks up to this size are encoded on the calling thread, not on the worker
-#: pool. Encoding one holds the GIL for most of its time (Python per chunk, packing it as a
-#: tar member: Blosc itself was ~6.5 of ~25 us of CPU per 4 KB row here), so threads can't
-#: run it side by side, and handing the GIL from one to the next costs more than they
-#: overlap. A [20000, 1024] float32 array, 2 CPUs, durable=False, best of 4: chunks of one
-#: row (4 KB) 414-535 ms inline against 580-660 ms on the pool, 16 KB 247-279 against
-#: 306-335, with a third less CPU; from 32 KB on the pool is faster (185-223 against 224-273).
-_INLINE_CHUNK_BYTES = 16 << 10
 
 
 def _batches(items: Iterator[_T], size: int) -> Iterator[list[_T]]:
