@@ -179,11 +179,18 @@ def test_http_round_trip(http_root: HttpRoot) -> None:
         assert {key: archive[key] for key in records} == records
 
 
+# Each request of the overlap tests waits this long at the server. Long enough that a pause of
+# the test process (a garbage-collector pass, a busy CI machine) between starting the
+# requests doesn't make concurrent requests look sequential: a 0.2 s latency once saw 5 of 8
+# threads' requests in flight at once.
+OVERLAP_LATENCY = 0.5
+
+
 def test_http_concurrent_read_async_overlap(tmp_path: Path) -> None:
     records = sample_records()
     write_records(tmp_path / "seq.itar", records)
     keys = [key for key in records if key.startswith("frames/")]
-    with start_http(tmp_path, latency=0.2) as server:
+    with start_http(tmp_path, latency=OVERLAP_LATENCY) as server:
 
         async def main() -> list[bytes]:
             archive = await IndexedTarArchive.open_async(UPath(f"{server.endpoint}/seq.itar"))
@@ -197,7 +204,7 @@ def test_http_concurrent_read_async_overlap(tmp_path: Path) -> None:
     assert values == [records[key] for key in keys]
     assert [r["method"] for r in logged] == ["GET"] * len(keys)
     assert max_in_flight(logged) >= len(keys) - 2  # they overlap, not one after another
-    assert elapsed < 0.2 * len(keys) / 2  # far below sequential round trips
+    assert elapsed < OVERLAP_LATENCY * len(keys) / 2  # far below sequential round trips
 
 
 def test_http_threads_with_range_reads_fetch_concurrently(tmp_path: Path) -> None:
@@ -206,7 +213,7 @@ def test_http_threads_with_range_reads_fetch_concurrently(tmp_path: Path) -> Non
     records = sample_records()
     write_records(tmp_path / "seq.itar", records)
     keys = [key for key in records if key.startswith("frames/")][:8]
-    with start_http(tmp_path, latency=0.2) as server:
+    with start_http(tmp_path, latency=OVERLAP_LATENCY) as server:
         archive = IndexedTarArchive(UPath(f"{server.endpoint}/seq.itar"), remote_range_reads=True)
         server.clear_requests()
         with ThreadPoolExecutor(8) as pool:
