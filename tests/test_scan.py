@@ -166,7 +166,7 @@ def test_bulk_reads_of_a_remote_archive_keep_many_requests_in_flight_by_default(
     from tests.support.servers import max_in_flight, start_http
 
     payloads = write(tmp_path / "seq.itar", 24)
-    with start_http(tmp_path, latency=0.05) as server:
+    with start_http(tmp_path, latency=0.2) as server:
         archive = IndexedTarArchive(f"{server.endpoint}/seq.itar")
         server.clear_requests()
         assert list(read_records(archive, list(payloads))) == list(payloads.items())

@@ -107,7 +107,7 @@ def test_walking_a_remote_hierarchy_without_consolidated_metadata_reads_its_meta
     run_reference("write-records", str(tmp_path / "seq.itar"), str(spec))
     assert main(["tree", "--limit", "100", str(tmp_path / "seq.itar")]) == 0
     local = capsys.readouterr().out
-    with start_http(tmp_path, latency=0.02) as server:
+    with start_http(tmp_path, latency=0.1) as server:
         url = f"{server.endpoint}/seq.itar"
         server.clear_requests()
         assert main(["tree", "--limit", "100", url]) == 0
