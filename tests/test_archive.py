@@ -154,6 +154,8 @@ def test_records_items_agree_with_lookups_in_archive_order(tmp_path: Path) -> No
         archive.flush()
         archive["b/0"] = b"last"
         assert list(archive.records.items()) == by_lookup(archive)
+        # Iterating the view follows the same order as items() and keys() (a Mapping's promise).
+        assert list(archive.records) == [key for key, _ in archive.records.items()] == archive.keys()
     for _ in range(2):  # a first open (the decoded table) and a cached one
         archive = IndexedTarArchive(path)
         items = list(archive.records.items())
