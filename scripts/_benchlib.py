@@ -203,11 +203,16 @@ def write_raw(path: Path, buffers: Sequence[bytes | np.ndarray[Any, Any]], *, sy
 
 
 def unlink_all(*paths: Path) -> Callable[[], None]:
-    """A function deleting the files (e.g. ``median_times(after=...)`` between runs)."""
+    """A function deleting the files (e.g. ``median_times(after=...)`` between runs), then
+    waiting until the disk has written whatever is still pending (``os.sync``). Each timed
+    write then starts with an idle disk: an ``fsync`` commits the filesystem's journal, which
+    can wait for other files' data, so a durable writer timed after a side that left a few
+    hundred MB in the page cache (or after an earlier workload) would pay for its write-back."""
 
     def unlink() -> None:
         for path in paths:
             path.unlink(missing_ok=True)
+        os.sync()
 
     return unlink
 
@@ -278,6 +283,8 @@ def median_times(
     released after the clock stopped."""
     names = list(functions)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    if after is not None:
+        after()  # what a warm-up call left, as after every timed call
     for round_ in range(repeats):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
