@@ -462,6 +462,11 @@ def test_forked_workers_start_with_batches_read_before_the_fork(
     with pytest.raises(OSError, match="read for itself"):
         next(batches)
     assert prereads == ([2] if context == "fork" else [])
+    # Shut the workers down here: the raised error's traceback keeps this frame (and the
+    # iterator) alive until a later garbage collection, maybe during another test and while
+    # a spawned worker is still starting; that worker then finds its queue's semaphore gone
+    # and exits, and torch's SIGCHLD handler raises it in whatever test runs (seen once).
+    del batches
 
 
 @pytest.mark.parametrize(("batch", "workers", "read"), [(4, 8, 4), (8, 8, 2), (16, 8, 1), (32, 2, 1), (64, 2, 1)])
