@@ -223,3 +223,35 @@ def test_a_v2_array_without_dimension_separator_reads_its_chunks_on_the_fast_pat
     np.testing.assert_array_equal(array.read(), expected)
     np.testing.assert_array_equal(array.read(np.s_[1:4, 3:6]), expected[1:4, 3:6])
     assert set(backend.stats) == {"fast"}, backend.stats
+
+
+def test_nodes_of_one_view_share_the_backends_state_per_backend_and_store(tmp_path: Path) -> None:
+    # group.array(name) makes a node per call; its reads reuse what an earlier node of the same
+    # view learnt, but only for the same backend (whose statistics count them) and store.
+    import gc
+
+    from ncore_like.nodes import _array
+
+    values = np.arange(40.0, dtype=np.float32).reshape(10, 4)
+    path = tmp_path / "rows.itar"
+    with IndexedTarZarrStore(path, mode="w") as writer:
+        writer.create_root_group({}).create_group("g").create_array(
+            "rows", values, chunks=(1, 4), compression=BloscCompression()
+        )
+        writer.consolidate()
+    before = len(_array._view_states)
+    store = IndexedTarZarrStore(path)
+    first, second = Backend(), Backend()
+    root, other = store.open_root_group(backend=first), store.open_root_group(backend=second)
+    for index in range(3):
+        np.testing.assert_array_equal(root.group("g").array("rows").read(index), values[index])
+    np.testing.assert_array_equal(other.group("g").array("rows").read(7), values[7])
+    assert first.stats["fast"] == 3 and second.stats["fast"] == 1
+    # Another store of the same file reads through its own archive, whichever was opened first.
+    again = IndexedTarZarrStore(path)
+    store.close()
+    np.testing.assert_array_equal(again.open_root_group().group("g").array("rows").read(-1), values[-1])
+    # The shared states go with their stores' views: none kept for archives no longer open.
+    del store, root, other, again
+    gc.collect()
+    assert len(_array._view_states) == before

@@ -34,6 +34,7 @@ class ArrayView:
     class, see :class:`~ncore_like.backend._plan.ChunkLayout`)."""
 
     __slots__ = (
+        "__weakref__",  # the typed layer keeps what it learnt about the array by its view
         "attributes",
         "blosc",
         "chunk_key",
