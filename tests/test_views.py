@@ -230,8 +230,6 @@ def test_nodes_of_one_view_share_the_backends_state_per_backend_and_store(tmp_pa
     # view learnt, but only for the same backend (whose statistics count them) and store.
     import gc
 
-    from ncore_like.nodes import _array
-
     values = np.arange(40.0, dtype=np.float32).reshape(10, 4)
     path = tmp_path / "rows.itar"
     with IndexedTarZarrStore(path, mode="w") as writer:
@@ -239,7 +237,6 @@ def test_nodes_of_one_view_share_the_backends_state_per_backend_and_store(tmp_pa
             "rows", values, chunks=(1, 4), compression=BloscCompression()
         )
         writer.consolidate()
-    before = len(_array._view_states)
     store = IndexedTarZarrStore(path)
     first, second = Backend(), Backend()
     root, other = store.open_root_group(backend=first), store.open_root_group(backend=second)
@@ -254,4 +251,4 @@ def test_nodes_of_one_view_share_the_backends_state_per_backend_and_store(tmp_pa
     # The shared states go with their stores' views: none kept for archives no longer open.
     del store, root, other, again
     gc.collect()
-    assert len(_array._view_states) == before
+    assert len(first._view_states) == len(second._view_states) == 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -97,12 +98,24 @@ class Backend:
         self.max_bytes_in_flight = max_bytes_in_flight
         self._stats: Counter[str] = Counter()
         self._stats_lock = threading.Lock()
+        # The state of each array read through a store's view, kept while the view lives.
+        self._view_states: weakref.WeakKeyDictionary[Any, ArrayState] = weakref.WeakKeyDictionary()
         # Fast reads of single rows are counted without the lock (~0.3 us of a ~7 us read):
         # ``next`` of an ``itertools.count`` is one C call, atomic under the GIL. The count
         # is added to ``stats`` when it is read; ``_peeks`` counts the ``next`` calls of that.
         self._row_reads = itertools.count()
         self._peeks = 0
         self._rows_counted = 0
+
+    def state_of(self, view: Any) -> ArrayState:
+        """The :class:`ArrayState` of the array that ``view`` (a store's metadata view of it)
+        describes, the same for every node made of that view: ``group.array(name)`` makes a
+        node per call, whose first read would otherwise work out the chunk layout and plan
+        again (~8 us of a ~60 us read of an 800 KB frame)."""
+        state = self._view_states.get(view)
+        if state is None:
+            state = self._view_states[view] = ArrayState()
+        return state
 
     @property
     def stats(self) -> Counter[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -111,23 +110,6 @@ def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple
     return tuple(positive), flips
 
 
-# The backend's state of each array read through a view, shared by every node made of that
-# view for that backend: ``group.array(name)`` makes a node per call, whose first read would
-# otherwise work out the chunk layout and plan again (~8 us of a ~60 us read of an 800 KB
-# frame). Views are their store's, one per node and store; the entry goes with the view.
-_view_states: weakref.WeakKeyDictionary[ArrayView, tuple[Backend, ArrayState]] = weakref.WeakKeyDictionary()
-
-
-def _state_of(view: ArrayView, backend: Backend) -> ArrayState:
-    shared = _view_states.get(view)
-    if shared is not None and shared[0] is backend:
-        return shared[1]
-    state = ArrayState()
-    if shared is None:  # the first backend keeps it; nodes with other backends have their own
-        _view_states[view] = (backend, state)
-    return state
-
-
 class Array(_ArrayNode):
     """An array of a zarr hierarchy.
 
@@ -147,7 +129,7 @@ class Array(_ArrayNode):
         super().__init__(array, view, store)
         self._backend = backend if backend is not None else Backend()
         # What the backend learnt about this array (shared by the nodes of one view).
-        self._state = _state_of(view, self._backend) if view is not None else ArrayState()
+        self._state = self._backend.state_of(view) if view is not None else ArrayState()
         self._writer: tuple[_ChunkWriter | None] | None = None  # how chunks are encoded, once known
 
     def __getstate__(self) -> dict[str, Any]:
