@@ -252,3 +252,31 @@ def test_nodes_of_one_view_share_the_backends_state_per_backend_and_store(tmp_pa
     del store, root, other, again
     gc.collect()
     assert len(first._view_states) == len(second._view_states) == 0
+
+
+def test_roots_opened_again_read_through_the_stores_backend(tmp_path: Path) -> None:
+    # A root opened per read (e.g. in a dataset's __getitem__) reuses what the store's backend
+    # learnt about each array, and the backend's statistics count the reads of every root.
+    import pickle
+
+    values = np.arange(40.0, dtype=np.float32).reshape(10, 4)
+    path = tmp_path / "rows.itar"
+    with IndexedTarZarrStore(path, mode="w") as writer:
+        root = writer.create_root_group({})
+        assert root.backend is writer.backend
+        root.create_group("g").create_array("rows", values, chunks=(1, 4), compression=BloscCompression())
+        writer.consolidate()
+    store = IndexedTarZarrStore(path)
+    arrays = [store.open_root_group().group("g").array("rows") for _ in range(3)]
+    for index, array in enumerate(arrays):
+        np.testing.assert_array_equal(array.read(index), values[index])
+    assert all(array.backend is store.backend for array in arrays)
+    assert arrays[0]._state is arrays[2]._state  # the layout and row reader worked out once
+    assert store.backend.stats == {"fast": 3}
+    given = Backend()
+    assert store.open_root_group(consolidated=False, backend=given).group("g").array("rows").backend is given
+    copy = pickle.loads(pickle.dumps(store))  # e.g. a worker process: a backend of its own
+    np.testing.assert_array_equal(copy.open_root_group().group("g").array("rows").read(-1), values[-1])
+    assert copy.backend is not store.backend and copy.backend.stats == {"fast": 1}
+    assert store.backend.stats == {"fast": 3}
+    copy.close()

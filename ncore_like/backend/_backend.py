@@ -86,9 +86,9 @@ class Backend:
         max_bytes_in_flight: Bytes of remote records fetched but not yet decoded, per read.
 
     :attr:`stats` counts the reads by path taken (``"fast"``, ``"view"`` and
-    ``"fallback: <reason>"``). Every root group has its own backend unless given one (see
-    :meth:`Store.open_root_group`), shared by all its groups and arrays, so the statistics
-    are those of one hierarchy.
+    ``"fallback: <reason>"``). The root groups of a store read through the store's backend
+    unless given one (see :attr:`Store.backend`), shared by all their groups and arrays, so
+    the statistics are those of one hierarchy.
     """
 
     def __init__(self, *, inline_bytes: int = INLINE_BYTES, max_bytes_in_flight: int = MAX_BYTES_IN_FLIGHT) -> None:
