@@ -23,6 +23,9 @@ from ._compression import BloscCompression
 from ._encoding import Record, encode_chunk_batches, encode_chunks
 from ._node import Node
 
+#: The types of numpy's integer scalars (indices from ``numpy.arange``, ``rng.integers``...).
+_NUMPY_INTEGERS = frozenset(np.dtype(code).type for code in np.typecodes["AllInteger"])
+
 if TYPE_CHECKING:
     from .._compat import ZarrArray
     from ..archive._writer import PackedRecords
@@ -338,7 +341,8 @@ class Array(_ArrayNode):
         # backend's row reader once it has one (it checks ``out`` and the bounds itself and
         # leaves anything else, errors included, to the general path below).
         if type(selection) is not int:
-            selection = canonical(selection)
+            # numpy's integers as ints in one step (a call less than canonical's: ~0.1 us)
+            selection = int(selection) if type(selection) in _NUMPY_INTEGERS else canonical(selection)
         reader = self._state.row_reader
         if reader is not None and type(selection) is int:
             row = reader(selection, out)
