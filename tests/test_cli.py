@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -771,6 +772,24 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "usage: ncore-like" in result.stdout
     for command in ("ls", "tree", "info", "cat", "extract", "pack", "verify"):
         assert command in result.stdout
+
+
+def test_a_command_interrupted_inside_a_string_exec_exits_130_under_python_m(tmp_path: Path) -> None:
+    # Ctrl-C that ends a string exec (e.g. a dataclass being made) and that the command
+    # handles: CPython run with -m would exit by SIGINT (-2), not with the command's 130.
+    path = tmp_path / "small.itar"
+    with IndexedTarArchive(path, "w") as archive:
+        archive["a"] = b"x"
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.support.exec_interrupt", "ls", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "NCORE_TEST_INTERRUPT_OPEN": str(path)},
+        timeout=60,
+    )
+    assert result.stderr.strip() == "ncore-like: interrupted"  # the interrupt came, and was handled
+    assert result.returncode == 130
 
 
 def test_missing_fsspec_object_says_not_found(capsys: pytest.CaptureFixture[str]) -> None:

@@ -496,12 +496,12 @@ def test_after_a_killed_pack_the_next_run_names_the_partial_file_and_a_safe_comm
 # -- signals: the commands in their own processes ----------------------------------------------
 
 
-def stopped_codes(signal_number: int) -> tuple[int, ...]:
-    """Exit codes of ``ncore-like`` stopped by ``signal_number``: its own (130, 143) after
-    cleaning up, or death by the signal itself, which CPython may choose for SIGINT at exit
-    and a shell reports the same way (128 + the signal's number). Judging the outcome by the
-    files, not by the exit code, keeps a stopped command from passing as a finished one."""
-    return (EXIT_CODES[signal_number], -signal_number)
+def finished_codes(signal_number: int) -> tuple[int, ...]:
+    """Exit codes of ``ncore-like`` that finished its work before ``signal_number`` came: 0,
+    its own code (the signal came while it was cleaning up after success), or death by the
+    signal (it came after the command restored the default handlers). A stopped command
+    exits with its own code only (130, 143; SIGKILL: death)."""
+    return (0, EXIT_CODES[signal_number], -signal_number)
 
 
 def run_and_signal(
@@ -555,11 +555,11 @@ def test_a_pack_stopped_by_a_signal_leaves_the_destination_as_it_was(
         if dest.read_bytes() != before:
             # Finished before the signal, or the signal came after the command's work: the
             # new archive, complete.
-            assert code in (0, *stopped_codes(signal_number)), err
+            assert code in finished_codes(signal_number), err
             assert not verify_archive(IndexedTarArchive(dest)).problems
             continue
         stopped += 1  # and the destination is as it was
-        assert code in stopped_codes(signal_number) and running, err
+        assert code == EXIT_CODES[signal_number] and running, (code, err)
         if signal_number == signal.SIGKILL:
             partial(dest).unlink()  # a killed pack can't clean up (see the test above)
         else:
@@ -695,10 +695,10 @@ def test_an_extract_stopped_by_a_signal_leaves_every_file_as_it_was_or_complete(
         files = folder(out)
         if files == new_records:
             # Finished before the signal, or the signal came after the command's work.
-            assert code in (0, *stopped_codes(signal_number)), err
+            assert code in finished_codes(signal_number), err
             continue
         stopped += 1
-        assert code in stopped_codes(signal_number) and running, err
+        assert code == EXIT_CODES[signal_number] and running, (code, err)
         temporary = [name for name in files if name.endswith(".ncore-like-tmp")]
         if signal_number != signal.SIGKILL:
             assert not temporary, temporary
