@@ -33,7 +33,10 @@ def test_a_script_prints_its_usage(name: str) -> None:
         pytest.skip(f"{name} measures against zarr-python 3")
     done = subprocess.run(
         [sys.executable, "-m", f"scripts.{name}", "--help"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage:"), done.stdout
