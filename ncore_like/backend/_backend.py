@@ -27,6 +27,7 @@ from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import INLINE_BYTES, MAX_BYTES_IN_FLIGHT
 from .._log import DEBUG, library_logger
 from ..store._documents import ChunkKeys
+from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, raw_checked, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 from ._selection import canonical
@@ -439,8 +440,15 @@ class Backend:
             task = self._view_task(array, layout, plan)
             if task is not None:
                 self._count("view")
-                return self._view(layout.archive.read(task.key), layout, plan)
-            out = np.empty(plan.shape, dtype=layout.dtype)
+                archive = layout.archive
+                if archive.is_remote or task.size < POOLED_BYTES:
+                    return self._view(archive.read(task.key), layout, plan)
+                # A large raw chunk (a camera frame): read straight into reused memory.
+                out = new_result(plan.shape, layout.dtype)
+                archive.read_into(task.key, out.reshape(-1).view(np.uint8).data)
+                out.setflags(write=False)  # read-only, as a view of the record's bytes is
+                return out
+            out = new_result(plan.shape, layout.dtype)
         self._count("fast")
         if layout.archive.is_remote:
             sync(self._run_async(layout, plan, out), io_loop())
@@ -473,7 +481,7 @@ class Backend:
             if task is not None:
                 self._count("view")
                 return self._view(await layout.archive.read_async(task.key), layout, plan)
-            out = np.empty(plan.shape, dtype=layout.dtype)
+            out = new_result(plan.shape, layout.dtype)
         self._count("fast")
         await self._run_async(layout, plan, out)
         return out

@@ -59,7 +59,7 @@ class Store(_base.Store):
         groups read through unless given one, made on first use: however often the root is
         opened, the nodes of one array share what the backend learnt about it (a root opened
         per read would work out each array's chunk layout again, ~10 us of a ~55 us read of
-        an 800 KB frame). A pickled store (e.g. sent to a worker process) makes its own."""
+        a ~600 KB frame). A pickled store (e.g. sent to a worker process) makes its own."""
         backend: Backend | None = self.__dict__.get("_backend")
         if backend is None:  # two threads at once: one backend wins, the other is dropped
             backend = self.__dict__.setdefault("_backend", Backend())

@@ -1,0 +1,88 @@
+"""Memory for the results of large reads, used again once the caller has let go of them.
+
+glibc hands freed blocks of more than a few hundred KB back to the system (its trim and
+mmap thresholds follow the largest block freed), so a loop that reads ~1 MB frames and drops
+them, or holds a batch of them at a time, gets new pages for every result: a page fault per
+4 KB, ~2.5-4 us each on this project's VM. Each thread therefore keeps the buffers of its
+recent large results and reads into one of them again once nothing but this pool refers to
+it (its reference count says so): a result the caller still holds, a view of it, an array
+made from its buffer, all keep theirs from being written. Results are numpy arrays viewing
+a buffer, as any numpy view of another array's memory.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["POOLED_BYTES", "new_result"]
+
+#: Results of at least this many bytes come from the pool; smaller blocks stay in malloc's
+#: own free lists.
+POOLED_BYTES = 256 << 10
+#: Larger results get memory of their own (numpy asks for huge pages from 4 MiB on).
+_MAX_POOLED_BYTES = 32 << 20
+#: Buffers a thread keeps at most (held ones included), and their bytes together: what a
+#: loop holding a batch of frames needs, not more.
+_MAX_BUFFERS = 16
+_MAX_KEPT_BYTES = 64 << 20
+#: Buffer sizes are multiples of this: results of similar sizes share buffers.
+_GRANULE = 64 << 10
+
+_local = threading.local()
+
+
+def _references_when_free() -> int:
+    """The reference count :func:`_free_buffer` sees of a buffer only the pool refers to (the
+    interpreter's own references to an argument differ between versions)."""
+    return _count_references([np.empty(0, np.uint8)], 0)
+
+
+def _count_references(buffers: list[np.ndarray[Any, Any]], index: int) -> int:
+    return sys.getrefcount(buffers[index])
+
+
+_FREE = _references_when_free()
+
+
+def new_result(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """A new, writeable, C-contiguous array of ``shape`` and ``dtype`` (its values
+    undefined, as :func:`numpy.empty`'s), in memory a dropped large result had when there is
+    one."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if not POOLED_BYTES <= nbytes <= _MAX_POOLED_BYTES or dtype.hasobject:
+        return np.empty(shape, dtype)
+    buffers: list[np.ndarray[Any, Any]] | None = getattr(_local, "buffers", None)
+    if buffers is None:
+        buffers = _local.buffers = []
+    # The smallest free buffer that fits, and none of more than twice the size (a held result
+    # keeps its whole buffer).
+    fitting = [
+        (len(buffers[index]), index)
+        for index in range(len(buffers))
+        if nbytes <= len(buffers[index]) <= 2 * nbytes and _count_references(buffers, index) <= _FREE
+    ]
+    if fitting:
+        buffer = buffers[min(fitting)[1]]
+    else:
+        buffer = np.empty(-(-nbytes // _GRANULE) * _GRANULE, np.uint8)
+        _keep(buffers, buffer)
+    return buffer[:nbytes].view(dtype).reshape(shape)
+
+
+def _keep(buffers: list[np.ndarray[Any, Any]], buffer: np.ndarray[Any, Any]) -> None:
+    """Adds ``buffer`` to the pool, first dropping the oldest free buffers beyond the
+    bounds; if the held ones alone fill them, the pool does without it."""
+    kept = sum(map(len, buffers)) + len(buffer)
+    index = 0
+    while (len(buffers) >= _MAX_BUFFERS or kept > _MAX_KEPT_BYTES) and index < len(buffers):
+        if _count_references(buffers, index) <= _FREE:
+            kept -= len(buffers.pop(index))
+        else:
+            index += 1
+    if len(buffers) < _MAX_BUFFERS and kept <= _MAX_KEPT_BYTES:
+        buffers.append(buffer)
