@@ -623,6 +623,21 @@ class ReadingArchive(ArchiveBase):
         return data
 
     def read_into(self, key: str, buffer: memoryview) -> None:
+        # The direct path of read(), into the buffer (a large frame into reused memory): one
+        # preadv and the checksum; anything else (a short read, a mismatch, whose buffer
+        # holds what was read until the general path below reads it again) takes that path.
+        table = self.table
+        position = table.positions.get(key)
+        if position is not None:
+            fd, below, verify = self._direct
+            offset = table.offsets[position]
+            if (
+                offset < below
+                and len(buffer) == table.sizes[position]
+                and os.preadv(fd, [buffer], offset) == len(buffer)
+                and (not verify or checksum(buffer) == table.crcs[position])  # type: ignore[index]
+            ):
+                return
         offset, size = self.locate(key)
         if len(buffer) != size:
             raise ValueError(f"{self.name}: record {key!r} has {size} bytes, buffer {len(buffer)}")
