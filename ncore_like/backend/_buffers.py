@@ -59,15 +59,14 @@ def new_result(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, 
     buffers: list[np.ndarray[Any, Any]] | None = getattr(_local, "buffers", None)
     if buffers is None:
         buffers = _local.buffers = []
-    # The smallest free buffer that fits, and none of more than twice the size (a held result
-    # keeps its whole buffer).
-    fitting = [
-        (len(buffers[index]), index)
-        for index in range(len(buffers))
-        if nbytes <= len(buffers[index]) <= 2 * nbytes and _count_references(buffers, index) <= _FREE
-    ]
-    if fitting:
-        buffer = buffers[min(fitting)[1]]
+    # The free buffer used last that fits (its memory is the likeliest to be in the CPU's
+    # caches, as malloc's last freed block would be), none of more than 4 x the size (a held
+    # result keeps its whole buffer); it moves to the end, the oldest go first.
+    for index in range(len(buffers) - 1, -1, -1):
+        if nbytes <= len(buffers[index]) and _count_references(buffers, index) <= _FREE:
+            buffer = buffers.pop(index)
+            buffers.append(buffer)
+            break
     else:
         buffer = np.empty(-(-nbytes // _GRANULE) * _GRANULE, np.uint8)
         _keep(buffers, buffer)
