@@ -301,9 +301,14 @@ def pread_all(fd: int, ranges: Iterable[tuple[int, int]]) -> None:
 
 
 def each(function: Callable[[T], object], items: Iterable[T]) -> None:
-    """Calls ``function`` on every item, each result dropped at once (as a loop would)."""
+    """Calls ``function`` on every item as a loop that keeps each result in a variable does
+    (``for name in names: frame = read(name)``): a result is dropped once the next call has
+    returned. What an allocator does with memory freed only then is part of what users meet
+    (glibc hands large blocks back to the system and faults new pages in for the next one)."""
+    result: object = None
     for item in items:
-        function(item)
+        result = function(item)  # held until the next call returns, as in users' loops
+    del result
 
 
 def fsspec_gather(filesystem: Any, path: str, ranges: Iterable[tuple[int, int]]) -> list[bytes]:
