@@ -1,13 +1,15 @@
 """Memory for the results of large reads, used again once the caller has let go of them.
 
 glibc hands freed blocks of more than a few hundred KB back to the system (its trim and
-mmap thresholds follow the largest block freed), so a loop that reads ~1 MB frames and drops
-them, or holds a batch of them at a time, gets new pages for every result: a page fault per
-4 KB, ~2.5-4 us each on this project's VM. Each thread therefore keeps the buffers of its
-recent large results and reads into one of them again once nothing but this pool refers to
-it (its reference count says so): a result the caller still holds, a view of it, an array
-made from its buffer, all keep theirs from being written. Results are numpy arrays viewing
-a buffer, as any numpy view of another array's memory.
+mmap thresholds follow the largest block freed), so a loop that keeps each frame in a
+variable while it reads the next (``frame = array.read()``), or holds a batch of frames,
+gets new pages for every result when the frames differ in size: a page fault per 4 KB,
+~2.5-4 us each on this project's VM. Each thread therefore keeps the buffers of its recent
+large results (at most 16 and 64 MB: what it keeps stays allocated while the thread lives)
+and reads into one of them again once nothing but this pool refers to it (its reference
+count says so): a result the caller still holds, a view of it, an array made from its
+buffer, all keep theirs from being written. Results are numpy arrays viewing a buffer, as
+any numpy view of another array's memory.
 """
 
 from __future__ import annotations
