@@ -39,7 +39,7 @@ _local = threading.local()
 
 
 def _references_when_free() -> int:
-    """The reference count :func:`_free_buffer` sees of a buffer only the pool refers to (the
+    """The count :func:`_count_references` gives for a buffer only the pool refers to (the
     interpreter's own references to an argument differ between versions)."""
     return _count_references([np.empty(0, np.uint8)], 0)
 
@@ -61,9 +61,9 @@ def new_result(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, 
     buffers: list[np.ndarray[Any, Any]] | None = getattr(_local, "buffers", None)
     if buffers is None:
         buffers = _local.buffers = []
-    # The free buffer used last that fits (its memory is the likeliest to be in the CPU's
-    # caches, as malloc's last freed block would be), none of more than 4 x the size (a held
-    # result keeps its whole buffer); it moves to the end, the oldest go first.
+    # The free buffer used last that fits, whatever its size (its memory is the likeliest to
+    # be in the CPU's caches, as malloc's last freed block would be); it moves to the end, so
+    # the oldest go first when the pool is full.
     for index in range(len(buffers) - 1, -1, -1):
         if nbytes <= len(buffers[index]) and _count_references(buffers, index) <= _FREE:
             buffer = buffers.pop(index)
