@@ -443,9 +443,10 @@ class Backend:
                 archive = layout.archive
                 if archive.is_remote or task.size < POOLED_BYTES:
                     return self._view(archive.read(task.key), layout, plan)
-                # A large raw chunk (a camera frame): read straight into reused memory.
+                # A large raw chunk (a camera frame): read straight into reused memory, as a
+                # planned read of the chunk is.
                 out = new_result(plan.shape, layout.dtype)
-                archive.read_into(task.key, out.reshape(-1).view(np.uint8).data)
+                self._place(task, layout, out, plan.drop_axes, None)
                 out.setflags(write=False)  # read-only, as a view of the record's bytes is
                 return out
             out = new_result(plan.shape, layout.dtype)

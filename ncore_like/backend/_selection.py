@@ -16,7 +16,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["basic_dims", "canonical", "expanded", "is_basic"]
+__all__ = ["NUMPY_INTEGERS", "basic_dims", "canonical", "expanded", "is_basic"]
+
+#: The types of numpy's integer scalars (indices from ``numpy.arange``, ``rng.integers``...):
+#: a set lookup, cheaper than ``isinstance(selection, np.integer)``.
+NUMPY_INTEGERS = frozenset(np.dtype(code).type for code in np.typecodes["AllInteger"])
 
 Dim = int | tuple[int, int]
 """An index, or the ``[start, stop)`` a unit-step slice takes."""
@@ -37,7 +41,7 @@ def canonical(selection: Any) -> Any:
     too, and a 1-tuple as its item; anything else (lists, arrays, masks, bools) unchanged."""
     if type(selection) is int:  # the most common case first: a row
         return selection
-    if isinstance(selection, np.integer):  # then a row by a numpy index (numpy's bool is none)
+    if type(selection) in NUMPY_INTEGERS or isinstance(selection, np.integer):  # then a row by a numpy index
         return int(selection)
     if type(selection) is tuple:
         if len(selection) == 1:

@@ -14,7 +14,7 @@ from .. import _compat
 from .._defaults import PACKED_BATCH_BYTES
 from ..archive import IndexedTarArchive
 from ..backend import ArrayState, Backend, is_blob as backend_is_blob
-from ..backend._selection import canonical, expanded, is_basic
+from ..backend._selection import NUMPY_INTEGERS, canonical, expanded, is_basic
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._documents import ChunkKeys, blob_layout, codecs_of, describe_codecs, dimension_names_of
@@ -22,9 +22,6 @@ from ..store._metadata import ArrayView
 from ._compression import BloscCompression
 from ._encoding import Record, encode_chunk_batches, encode_chunks
 from ._node import Node
-
-#: The types of numpy's integer scalars (indices from ``numpy.arange``, ``rng.integers``...).
-_NUMPY_INTEGERS = frozenset(np.dtype(code).type for code in np.typecodes["AllInteger"])
 
 if TYPE_CHECKING:
     from .._compat import ZarrArray
@@ -342,7 +339,7 @@ class Array(_ArrayNode):
         # leaves anything else, errors included, to the general path below).
         if type(selection) is not int:
             # numpy's integers as ints in one step (a call less than canonical's: ~0.1 us)
-            selection = int(selection) if type(selection) in _NUMPY_INTEGERS else canonical(selection)
+            selection = int(selection) if type(selection) in NUMPY_INTEGERS else canonical(selection)
         reader = self._state.row_reader
         if reader is not None and type(selection) is int:
             row = reader(selection, out)
