@@ -339,12 +339,58 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
         for name, measure in (("h5py", "h5py: dataset[i]"), ("h5py out=", "h5py: dataset.read_direct(row, i)")):
             rows.append(peer_row("2 row", measure, peer[name] / times["pread+decode"], f"time {name}/pread+decode",
                                  f"{name} {us(peer[name] / len(picks))} per operation"))  # fmt: skip
+    rows.extend(index_form_rows(array, picks, rng, config, times))
     measured = reference(run, {"row": {"itar": str(path), "array": "rows", "picks": picks, "repeats": config.repeats}})
     if measured is not None:
         seconds = measured["row"]["seconds"]
         detail = f"reference {us(seconds / len(picks))} per operation"
         rows.append(peer_row("2 row", "reference (nvidia-ncore): arr[i]", seconds / times["pread+decode"],
                              "time reference/pread+decode", detail))  # fmt: skip
+    return rows
+
+
+def index_form_rows(
+    array: Any, picks: list[int], rng: np.random.Generator, config: Config, times: dict[str, float]
+) -> list[Row]:
+    """Every common form of a row index, and 8 rows by an index array and by a slice, each
+    against ``read(i)`` of the same rows: no form may fall off the fast path. ``times`` has
+    the row workload's ``pread+decode``, to which the details relate each form."""
+    size = array.shape[0]
+    count = len(picks) // 8
+    batches = [rng.integers(0, size, size=8) for _ in range(count)]  # as a sampler hands them out
+    starts = [int(start) for start in rng.integers(0, size - 8, size=count)]
+    windows = [range(start, start + 8) for start in starts]
+
+    def rows_one_by_one(rows: Any) -> list[Any]:
+        return [array.read(index) for index in rows]
+
+    # name: (what it is, the function, its items, what it is compared with)
+    forms: dict[str, tuple[str, Callable[[Any], object], list[Any], str]] = {
+        "arr[i]": ("arr[i]", array.__getitem__, picks, "read(i)"),
+        "arr[i, :]": ("arr[i, :]", lambda index: array[index, :], picks, "read(i)"),
+        "arr[i, ...]": ("arr[i, ...]", lambda index: array[index, ...], picks, "read(i)"),
+        "read(i - rows)": ("arr.read(i - rows), a negative index", array.read, [i - size for i in picks], "read(i)"),
+        "read(uint32)": ("arr.read(i), i a numpy.uint32", array.read, [np.uint32(i) for i in picks], "read(i)"),
+        "read(0-d)": ("arr.read(i), i a 0-d integer array", array.read, [np.array(i) for i in picks], "read(i)"),
+        "read(8 indices)": ("arr.read(rows), rows 8 numpy indices", array.read, batches, "8 x read(i), indices"),
+        "arr[t:t+8]": ("arr[t:t+8], a window of 8 rows", lambda t: array[t : t + 8], starts, "8 x read(i), window"),
+    }
+    functions: dict[str, Callable[[], object]] = {
+        name: (lambda function=function, items=items: bench.each(function, items))
+        for name, (_, function, items, _) in forms.items()
+    }
+    functions["read(i)"] = lambda: bench.each(array.read, picks)
+    functions["8 x read(i), indices"] = lambda: bench.each(rows_one_by_one, batches)
+    functions["8 x read(i), window"] = lambda: bench.each(rows_one_by_one, windows)
+    measured = median_times(functions, config.repeats)
+    per_row = times["pread+decode"] / len(picks)
+    rows = []
+    for name, (measure, _, items, against) in forms.items():
+        pair = bench.Timings({key: [measured[key]] for key in (name, against)})
+        row = time_row("2 row", measure, pair, name, against, len(items), 1.2)
+        each_rows = 8 if against != "read(i)" else 1
+        row.detail += f"; {measured[name] / len(items) / (each_rows * per_row):.2f}x pread+decode per row"
+        rows.append(row)
     return rows
 
 

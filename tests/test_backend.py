@@ -588,15 +588,18 @@ def test_index_lists_on_the_first_axis_read_as_numpy_does(
 ) -> None:
     shape = data.draw(st.tuples(st.integers(1, 12), st.integers(1, 5), st.integers(1, 4)))
     chunks = tuple(data.draw(st.integers(1, size)) for size in shape)
-    rows = data.draw(st.lists(st.integers(-shape[0], shape[0] - 1), min_size=1, max_size=8))
     rest = data.draw(st.sampled_from([(), (slice(1, None),), (Ellipsis,), (slice(None), slice(0, 2))]))
+    if data.draw(st.booleans()):  # rows by index, none included
+        rows: Any = np.array(data.draw(st.lists(st.integers(-shape[0], shape[0] - 1), max_size=8)), np.intp)
+    else:  # a mask of the first axis, as a[labels == 3]
+        rows = np.array(data.draw(st.lists(st.booleans(), min_size=shape[0], max_size=shape[0])), bool)
     values = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     path = tmp_path / f"r{uuid.uuid4().hex}.itar"
     write(path, lambda root: root.create_array("x", values, chunks=chunks), zarr_format)
     backend = Backend(inline_bytes=data.draw(st.sampled_from([0, 1 << 30])))  # worker threads or inline
     array = IndexedTarZarrStore(path).open_root_group(backend=backend).array("x")
-    selection = (rows if data.draw(st.booleans()) else np.asarray(rows), *rest)
-    expected = values[(np.asarray(rows), *rest)]
+    selection = (rows.tolist() if data.draw(st.booleans()) else rows, *rest)
+    expected = values[(rows, *rest)]
     np.testing.assert_array_equal(array.read(selection), expected)
     out = np.empty_like(expected)
     assert array.read(selection, out=out) is out
@@ -658,10 +661,32 @@ def test_rows_read_by_index_match_numpy_including_rows_never_written(
         assert array.read(index, out=out) is out
         np.testing.assert_array_equal(out, expected[index])
     assert array.backend.stats["fast"] == 4 * rows and not array.backend.stats.keys() - {"fast"}
+    # Batches of rows by index (a DataLoader's) and windows, small together: read row by row,
+    # no plan.
+    batches = (
+        [0, 1, -1, 1], np.array([8, 2, 3], np.uint16), [np.int64(4), np.int8(-9)], np.arange(rows)[::-2],
+        slice(2, 6), slice(-3, None), slice(None, 4, 1), slice(7, 100),
+    )  # fmt: skip
+    for batch in batches if row_shape else ():
+        wanted = expected[batch if type(batch) is slice else np.asarray(batch)]
+        for selection in (batch, (batch, ...), (batch, *(slice(None) for _ in row_shape))):
+            result = array.read(selection)
+            np.testing.assert_array_equal(result, wanted)
+            assert not result.flags.writeable
+            many = np.full_like(wanted, np.nan)
+            assert array.read(selection, out=many) is many and many.flags.writeable
+            np.testing.assert_array_equal(many, wanted)
+            np.testing.assert_array_equal(array[selection], wanted)
     monkeypatch.undo()  # out of bounds: the general path raises zarr-python's error
     for index in (rows, -rows - 1):
         with pytest.raises(IndexError):
             array.read(index)
+    for batch in ([0, rows], [-rows - 1, 2]):
+        with pytest.raises(IndexError):
+            array.read(batch)
+    mask = [index % 3 == 0 for index in range(rows)]  # a list of bools is a mask, not rows 0 and 1
+    np.testing.assert_array_equal(array.read(mask), expected[mask])
+    np.testing.assert_array_equal(array.read(np.array(mask)), expected[mask])
 
 
 def row_chunked(tmp_path: Path, rows: int = 64, width: int = 32, **options: Any) -> tuple[Array, np.ndarray[Any, Any]]:
@@ -688,6 +713,9 @@ def test_every_integer_form_of_a_row_index_takes_the_row_reader(
     out = np.empty(values.shape[1], np.float32)
     for index in (5, -1, -64, 63):
         forms = [index, np.int64(index), np.int16(index), np.array(index), np.array(index, np.int8), (index,)]
+        # numpy reads a[i, :] and a[i, ...] as a[i]: whole rows too
+        forms += [(index, slice(None)), (index, ...), (np.int64(index), slice(None)), (np.array(index), ...)]
+        forms += [(index, slice(None), ...), (index, ..., slice(None))]
         if index >= 0:
             forms += [np.uint8(index), np.uint32(index), np.uint64(index), np.array(index, np.uint16)]
         for form in forms:
@@ -698,6 +726,27 @@ def test_every_integer_form_of_a_row_index_takes_the_row_reader(
             assert array.read(form, out=out) is out and out.flags.writeable
             np.testing.assert_array_equal(out, values[form])
             np.testing.assert_array_equal(array[form], values[form])
+    # A node's first read (the row reader not known yet) takes them to the row reader too.
+    for form in ((3, slice(None)), (np.uint8(3), ...)):
+        fresh = IndexedTarZarrStore(tmp_path / "rows.itar").open_root_group().array("x")
+        np.testing.assert_array_equal(fresh.read(form), values[3])
+
+
+def test_row_selections_numpy_rejects_or_reads_otherwise_are_not_taken_for_rows(tmp_path: Path) -> None:
+    array, values = row_chunked(tmp_path)
+    for selection in ((5, slice(None), slice(None)), (5, ..., ...), (5, ..., slice(None), slice(None))):
+        with pytest.raises(IndexError):
+            values[selection]
+        with pytest.raises(IndexError):
+            array.read(selection)
+        with pytest.raises(IndexError):
+            array[selection]
+    # Slices that aren't whole, other steps, a column: read as numpy reads them.
+    others = ((5, slice(0, 7)), (5, slice(None, None, 2)), (5, slice(None, None, -1)), (..., 5), (slice(None), 5))
+    for selection in others:
+        np.testing.assert_array_equal(array[selection], values[selection])
+        if selection[1] != slice(None, None, -1):
+            np.testing.assert_array_equal(array.read(selection), values[selection])
 
 
 def test_row_reads_check_out_as_every_read_does(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from ..store._documents import ChunkKeys
 from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, raw_checked, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
-from ._selection import canonical
+from ._selection import NUMPY_INTEGERS, canonical
 from ._state import ArrayState, RowReader
 
 __all__ = ["Backend"]
@@ -103,7 +103,8 @@ class Backend:
         self._view_states: weakref.WeakKeyDictionary[Any, ArrayState] = weakref.WeakKeyDictionary()
         # Fast reads of single rows are counted without the lock (~0.3 us of a ~7 us read):
         # ``next`` of an ``itertools.count`` is one C call, atomic under the GIL. The count
-        # is added to ``stats`` when it is read; ``_peeks`` counts the ``next`` calls of that.
+        # is added to ``stats`` when it is read; ``_peeks`` counts the ``next`` calls that were
+        # no read: those of ``stats``, and all rows of a batch but one (a batch is one read).
         self._row_reads = itertools.count()
         self._peeks = 0
         self._rows_counted = 0
@@ -166,6 +167,10 @@ class Backend:
             row = state.row_shape  # arrays with a row reader
             if row is not None and -row[0] <= selection < row[0]:
                 return row[1]
+        elif type(selection) is list or type(selection) is np.ndarray or type(selection) is slice:
+            batch = self._row_batch(array, selection, state)
+            if batch is not None:
+                return (len(batch[0]), *batch[1])
         fast = self._fast(array, selection, state)
         if not isinstance(fast, str):
             return fast[1].shape
@@ -272,6 +277,58 @@ class Backend:
             out[task.out_selection] = values
         else:
             out[...] = values
+
+    def _row_batch(
+        self, array: ArraySource, selection: Any, state: ArrayState | None
+    ) -> tuple[list[int], tuple[int, ...], np.dtype[Any], RowReader] | None:
+        """The rows of an index list or 1-d integer array (a DataLoader's batch) or of a
+        unit-step slice (a window) on the first axis of an array with a row reader, when they
+        are small enough together to be read one after another on this thread, as ``read(i)``
+        reads each (a plan and its tasks cost more than such rows' reads): the indices, a
+        row's shape and dtype, the reader. None otherwise, indices out of bounds included
+        (the general path raises their errors)."""
+        if state is None or self._rows(array, state) is None:
+            return None
+        reader, row, layout = state.row_reader, state.row_shape, state.layout
+        if reader is None or row is None or not isinstance(layout, ChunkLayout) or not row[1]:
+            return None
+        if type(selection) is slice:  # a window of rows, as poses[t : t + 16]
+            if selection.step not in (None, 1):
+                return None
+            indices: list[int] = list(range(*selection.indices(row[0])))
+        elif type(selection) is np.ndarray:
+            if selection.ndim != 1 or selection.dtype.kind not in "iu":
+                return None
+            indices = selection.tolist()
+        else:
+            indices = selection
+            if not all(type(index) is int for index in indices):
+                if not all(type(index) in NUMPY_INTEGERS for index in indices):  # bools are a mask
+                    return None
+                indices = [int(index) for index in indices]
+        if not indices or len(indices) * layout.chunk_nbytes > self.inline_bytes:
+            return None  # large rows decode side by side on the worker pool, as planned
+        rows = row[0]
+        if min(indices) < -rows or max(indices) >= rows:
+            return None
+        return indices, row[1], layout.dtype, reader
+
+    def _read_rows(
+        self, array: ArraySource, selection: Any, out: NDArray | None, state: ArrayState | None
+    ) -> NDArray | None:
+        """``array[selection]`` for a :meth:`_row_batch`, read row by row; else None."""
+        batch = self._row_batch(array, selection, state)
+        if batch is None:
+            return None
+        indices, row_shape, dtype, read_row = batch
+        result = new_result((len(indices), *row_shape), dtype) if out is None else out
+        for position, index in enumerate(indices):
+            if read_row(index, result[position]) is None:
+                return None  # an out the general path judges
+        if len(indices) > 1:
+            with self._stats_lock:
+                self._peeks += len(indices) - 1
+        return result
 
     def _rows(self, array: ArraySource, state: ArrayState) -> RowReader | None:
         """The array's row reader (see :meth:`_row_reader`), memoised; None if it has none."""
@@ -430,6 +487,10 @@ class Backend:
                 row = reader(selection, out)
                 if row is not None:
                     return row
+        elif type(selection) is list or type(selection) is np.ndarray or type(selection) is slice:
+            rows = self._read_rows(array, selection, out, state)
+            if rows is not None:
+                return rows
         fast = self._fast(array, selection, state)
         if isinstance(fast, str):
             self._fallback(array, fast, state)

@@ -337,25 +337,32 @@ def _plan_one_chunk(layout: ChunkLayout, dims: list[Dim]) -> ReadPlan:
 
 def plan_rows(layout: ChunkLayout, selection: Any) -> ReadPlan | None:
     """The plan of an index list on the first axis (a list or 1-d integer array, as a
-    DataLoader batches rows), optionally followed by unit-step slices or Ellipsis: one task
-    per chunk holding any of the rows, made from the chunk layout; None for other selections
-    (and invalid ones: zarr-python's indexers then raise its errors)."""
+    DataLoader batches rows, or a 1-d mask of the axis' length, as ``a[labels == 3]``
+    selects), optionally followed by unit-step slices or Ellipsis: one task per chunk
+    holding any of the rows, made from the chunk layout; None for other selections (and
+    invalid ones: zarr-python's indexers then raise its errors)."""
     items = selection if type(selection) is tuple else (selection,)
     rows = items[0] if items else None
     if not isinstance(rows, list | np.ndarray) or not layout.shape:
         return None
     try:
-        indices = np.asarray(rows)
+        indices = np.asarray(rows) if len(rows) else np.empty(0, np.intp)  # numpy reads [] as no rows
     except (ValueError, TypeError):
         return None
-    if indices.ndim != 1 or indices.dtype.kind not in "iu" or not len(indices):
+    if indices.ndim != 1:
+        return None
+    if indices.dtype.kind == "b":  # a mask: the rows it marks (zarr-python takes masks of every axis only)
+        if len(indices) != layout.shape[0]:
+            return None
+        indices = np.flatnonzero(indices)
+    elif indices.dtype.kind not in "iu":
         return None
     rest = basic_dims((slice(None), *items[1:]), layout.shape)
     if rest is None or not all(type(dim) is tuple for dim in rest[1:]):
         return None
     size, chunk = layout.shape[0], layout.chunk_shape[0]
     indices = np.where(indices < 0, indices + size, indices)
-    if indices.min() < 0 or indices.max() >= size:
+    if len(indices) and (indices.min() < 0 or indices.max() >= size):
         return None
     chunk_of = indices // chunk
     within = indices - chunk_of * chunk

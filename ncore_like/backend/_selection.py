@@ -4,9 +4,10 @@ Users index with what they have at hand: Python ints, numpy integers of any widt
 ``rng.integers``, a sampler, ``np.arange``), 0-d integer arrays, negative indices, tuples
 mixing them with slices, ``Ellipsis``. :func:`canonical` turns every integer into a Python
 ``int`` (and a 1-tuple into its item, as numpy reads ``a[(i,)]`` as ``a[i]``), so the fast
-paths test one type; :func:`expanded` spells a selection out one item per dimension. The
-planner (:func:`basic_dims`), the shape of a read and the writes of the typed layer all take
-selections through these functions.
+paths test one type; :func:`first_axis` does the same for ``a[i, :]`` and ``a[i, ...]``,
+which numpy reads as ``a[i]`` too (and ``a[rows, :]`` as ``a[rows]``); :func:`expanded`
+spells a selection out one item per dimension. The planner (:func:`basic_dims`), the shape
+of a read and the writes of the typed layer all take selections through these functions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NUMPY_INTEGERS", "basic_dims", "canonical", "expanded", "is_basic"]
+__all__ = ["NUMPY_INTEGERS", "basic_dims", "canonical", "expanded", "first_axis", "is_basic"]
 
 #: The types of numpy's integer scalars (indices from ``numpy.arange``, ``rng.integers``...):
 #: a set lookup, cheaper than ``isinstance(selection, np.integer)``.
@@ -48,6 +49,33 @@ def canonical(selection: Any) -> Any:
             return _item(selection[0])
         return tuple(_item(item) for item in selection)
     return _item(selection)
+
+
+_ALL = slice(None)
+
+
+def first_axis(selection: Any, ndim: int) -> Any:
+    """For a canonical tuple whose first item is an int, a slice, a list or a 1-d array
+    (rows by index, or a mask) and whose other items are full slices (``:``) and at most one
+    ``Ellipsis``, in no more items than ``ndim`` takes, that first item: numpy reads
+    ``a[i, :]``, ``a[i, ...]``, ``a[t:u, :]`` and ``a[rows, :]`` as ``a[i]``, ``a[t:u]``
+    and ``a[rows]`` (whole rows, for the row readers). ``selection`` itself otherwise (invalid tuples included: they
+    keep their errors)."""
+    if type(selection) is not tuple or not selection:
+        return selection
+    first = selection[0]
+    kind = type(first)
+    if not (kind is int or kind is slice or kind is list or (kind is np.ndarray and first.ndim == 1)):
+        return selection
+    ellipses = 0
+    for item in selection[1:]:
+        if item is Ellipsis:
+            ellipses += 1
+        elif type(item) is not slice or item != _ALL:
+            return selection
+    if ellipses > 1 or len(selection) - ellipses > ndim:
+        return selection
+    return first
 
 
 def expanded(selection: Any, ndim: int) -> list[Any] | None:

@@ -14,7 +14,7 @@ from .. import _compat
 from .._defaults import PACKED_BATCH_BYTES
 from ..archive import IndexedTarArchive
 from ..backend import ArrayState, Backend, is_blob as backend_is_blob
-from ..backend._selection import NUMPY_INTEGERS, canonical, expanded, is_basic
+from ..backend._selection import NUMPY_INTEGERS, canonical, expanded, first_axis, is_basic
 from ..errors import ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._documents import ChunkKeys, blob_layout, codecs_of, describe_codecs, dimension_names_of
@@ -200,6 +200,8 @@ class Array(_ArrayNode):
         """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
         the range is read with a positive step and flipped)."""
         selection = canonical(selection)
+        if type(selection) is tuple:
+            selection = first_axis(selection, self.ndim)
         if type(selection) is int:  # a row: no slice to flip
             return self.read(selection)
         flips = _negative_steps(selection, self.shape)
@@ -340,6 +342,8 @@ class Array(_ArrayNode):
         if type(selection) is not int:
             # numpy's integers as ints in one step (a call less than canonical's: ~0.1 us)
             selection = int(selection) if type(selection) in NUMPY_INTEGERS else canonical(selection)
+            if type(selection) is tuple:  # a[i, :] and a[i, ...] are rows too, a[rows, :] rows
+                selection = first_axis(selection, self.ndim)
         reader = self._state.row_reader
         if reader is not None and type(selection) is int:
             row = reader(selection, out)
