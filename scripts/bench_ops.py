@@ -352,8 +352,9 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
 def index_form_rows(
     array: Any, picks: list[int], rng: np.random.Generator, config: Config, times: dict[str, float]
 ) -> list[Row]:
-    """Every common form of a row index, and 8 rows by an index array and by a slice, each
-    against ``read(i)`` of the same rows: no form may fall off the fast path. ``times`` has
+    """Every common form of a row index against ``read(i)`` of the same rows, and 8 rows by
+    an index array and by a slice against ``numpy.stack`` of their ``read(i)``: no form may
+    fall off the fast path. ``times`` has
     the row workload's ``pread+decode``, to which the details relate each form."""
     size = array.shape[0]
     count = len(picks) // 8
@@ -361,8 +362,8 @@ def index_form_rows(
     starts = [int(start) for start in rng.integers(0, size - 8, size=count)]
     windows = [range(start, start + 8) for start in starts]
 
-    def rows_one_by_one(rows: Any) -> list[Any]:
-        return [array.read(index) for index in rows]
+    def rows_one_by_one(rows: Any) -> Any:  # the same result as a loop makes it
+        return np.stack([array.read(index) for index in rows])
 
     # name: (what it is, the function, its items, what it is compared with)
     forms: dict[str, tuple[str, Callable[[Any], object], list[Any], str]] = {
@@ -372,16 +373,21 @@ def index_form_rows(
         "read(i - rows)": ("arr.read(i - rows), a negative index", array.read, [i - size for i in picks], "read(i)"),
         "read(uint32)": ("arr.read(i), i a numpy.uint32", array.read, [np.uint32(i) for i in picks], "read(i)"),
         "read(0-d)": ("arr.read(i), i a 0-d integer array", array.read, [np.array(i) for i in picks], "read(i)"),
-        "read(8 indices)": ("arr.read(rows), rows 8 numpy indices", array.read, batches, "8 x read(i), indices"),
-        "arr[t:t+8]": ("arr[t:t+8], a window of 8 rows", lambda t: array[t : t + 8], starts, "8 x read(i), window"),
+        "read(8 indices)": ("arr.read(rows), rows 8 numpy indices", array.read, batches, "stack(8 x read(i)), indices"),
+        "arr[t:t+8]": (
+            "arr[t:t+8], a window of 8 rows",
+            lambda t: array[t : t + 8],
+            starts,
+            "stack(8 x read(i)), window",
+        ),
     }
     functions: dict[str, Callable[[], object]] = {
         name: (lambda function=function, items=items: bench.each(function, items))
         for name, (_, function, items, _) in forms.items()
     }
     functions["read(i)"] = lambda: bench.each(array.read, picks)
-    functions["8 x read(i), indices"] = lambda: bench.each(rows_one_by_one, batches)
-    functions["8 x read(i), window"] = lambda: bench.each(rows_one_by_one, windows)
+    functions["stack(8 x read(i)), indices"] = lambda: bench.each(rows_one_by_one, batches)
+    functions["stack(8 x read(i)), window"] = lambda: bench.each(rows_one_by_one, windows)
     measured = median_times(functions, config.repeats)
     per_row = times["pread+decode"] / len(picks)
     rows = []

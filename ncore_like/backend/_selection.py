@@ -47,7 +47,10 @@ def canonical(selection: Any) -> Any:
     if type(selection) is tuple:
         if len(selection) == 1:
             return _item(selection[0])
-        return tuple(_item(item) for item in selection)
+        for item in selection:
+            if not (type(item) is int or type(item) is slice or item is Ellipsis):
+                return tuple([_item(item) for item in selection])
+        return selection  # canonical already (``a[i, :]``): no new tuple
     return _item(selection)
 
 
@@ -67,6 +70,10 @@ def first_axis(selection: Any, ndim: int) -> Any:
     kind = type(first)
     if not (kind is int or kind is slice or kind is list or (kind is np.ndarray and first.ndim == 1)):
         return selection
+    if len(selection) == 2:  # the common case: a[i, :] or a[i, ...]
+        item = selection[1]
+        whole = item is Ellipsis or (type(item) is slice and item == _ALL and ndim > 1)
+        return first if whole else selection
     ellipses = 0
     for item in selection[1:]:
         if item is Ellipsis:
