@@ -677,10 +677,27 @@ def test_rows_read_by_index_match_numpy_including_rows_never_written(
             assert array.read(selection, out=many) is many and many.flags.writeable
             np.testing.assert_array_equal(many, wanted)
             np.testing.assert_array_equal(array[selection], wanted)
+    # Part of a row (poses[i, :3], boxes[i, 0]): the row read whole, the part taken from it.
+    parts = {
+        (7,): [(2, slice(0, 3)), (-1, 4), (8, slice(5, None)), (1, slice(None))],
+        (3, 5): [(2, 1), (2, slice(None), 4), (0, slice(1, 3), slice(0, 2)), (-4, 2, 3), (5, ..., 1)],
+        (5000,): [(3, slice(10, 4000)), (1, 4999), (-2, slice(-3, None))],
+    }
+    for selection in parts.get(row_shape, ()):
+        wanted = expected[selection]
+        for result in (array.read(selection), array[selection]):
+            np.testing.assert_array_equal(result, wanted)
+            assert type(result) is np.ndarray and result.shape == wanted.shape and not result.flags.writeable
+        many = np.full_like(wanted, np.nan)
+        assert array.read(selection, out=many) is many
+        np.testing.assert_array_equal(many, wanted)
     monkeypatch.undo()  # out of bounds: the general path raises zarr-python's error
     for index in (rows, -rows - 1):
         with pytest.raises(IndexError):
             array.read(index)
+    for selection in ((0, *row_shape), (rows, *(0 for _ in row_shape))) if row_shape else ():
+        with pytest.raises(IndexError):
+            array.read(selection)
     for batch in ([0, rows], [-rows - 1, 2]):
         with pytest.raises(IndexError):
             array.read(batch)

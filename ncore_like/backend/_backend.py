@@ -30,7 +30,7 @@ from ..store._documents import ChunkKeys
 from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, raw_checked, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
-from ._selection import NUMPY_INTEGERS, canonical
+from ._selection import NUMPY_INTEGERS, Dim, basic_dims, canonical
 from ._state import ArrayState, RowReader
 
 __all__ = ["Backend"]
@@ -171,6 +171,10 @@ class Backend:
             batch = self._row_batch(array, selection, state)
             if batch is not None:
                 return (len(batch[0]), *batch[1])
+        elif type(selection) is tuple:
+            part = self._row_part(array, selection, state)
+            if part is not None:
+                return tuple(dim[1] - dim[0] for dim in part if isinstance(dim, tuple))
         fast = self._fast(array, selection, state)
         if not isinstance(fast, str):
             return fast[1].shape
@@ -329,6 +333,34 @@ class Backend:
             with self._stats_lock:
                 self._peeks += len(indices) - 1
         return result
+
+    def _row_part(self, array: ArraySource, selection: tuple[Any, ...], state: ArrayState | None) -> list[Dim] | None:
+        """For a selection of part of one row (``poses[i, :3]``, ``boxes[i, 0]``: an int,
+        then ints and unit-step slices) of an array with a row reader, the selection per
+        dimension (:func:`basic_dims`); None otherwise (invalid selections too)."""
+        if state is None or not selection or type(selection[0]) is not int or self._rows(array, state) is None:
+            return None
+        row = state.row_shape
+        return None if row is None else basic_dims(selection, (row[0], *row[1]))
+
+    def _read_row_part(
+        self, array: ArraySource, selection: tuple[Any, ...], out: NDArray | None, state: ArrayState | None
+    ) -> NDArray | None:
+        """``array[selection]`` for a :meth:`_row_part`: the row read whole (a small one, as
+        rows are) and the part taken from it, a view unless ``out`` is given; else None."""
+        dims = self._row_part(array, selection, state)
+        if dims is None or state is None or state.row_reader is None:
+            return None
+        row = state.row_reader(selection[0], None)
+        if row is None:
+            return None
+        # ``...`` last: all ints select a 0-d view, not a numpy scalar
+        within = (*(slice(*dim) if isinstance(dim, tuple) else dim for dim in dims[1:]), Ellipsis)
+        values: NDArray = row[within]
+        if out is None:
+            return values
+        out[...] = values
+        return out
 
     def _rows(self, array: ArraySource, state: ArrayState) -> RowReader | None:
         """The array's row reader (see :meth:`_row_reader`), memoised; None if it has none."""
@@ -491,6 +523,10 @@ class Backend:
             rows = self._read_rows(array, selection, out, state)
             if rows is not None:
                 return rows
+        elif type(selection) is tuple:
+            values = self._read_row_part(array, selection, out, state)
+            if values is not None:
+                return values
         fast = self._fast(array, selection, state)
         if isinstance(fast, str):
             self._fallback(array, fast, state)
