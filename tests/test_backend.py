@@ -678,11 +678,16 @@ def test_rows_read_by_index_match_numpy_including_rows_never_written(
             np.testing.assert_array_equal(many, wanted)
             np.testing.assert_array_equal(array[selection], wanted)
     # Part of a row (poses[i, :3], boxes[i, 0]): the row read whole, the part taken from it.
-    parts = {
+    # Parts of a few rows (poses[t:t + 8, :3], boxes[rows, 0]): the rows read as a batch.
+    parts: dict[tuple[int, ...], list[tuple[Any, ...]]] = {
         (7,): [(2, slice(0, 3)), (-1, 4), (8, slice(5, None)), (1, slice(None))],
         (3, 5): [(2, 1), (2, slice(None), 4), (0, slice(1, 3), slice(0, 2)), (-4, 2, 3), (5, ..., 1)],
         (5000,): [(3, slice(10, 4000)), (1, 4999), (-2, slice(-3, None))],
     }
+    parts[(7,)] += [([0, 3, -1], slice(0, 3)), (slice(2, 6), 4), (np.array([8, 1], np.int32), slice(5, None))]
+    parts[(3, 5)] += [(slice(1, 4), 1), ([2, 2], slice(None), 4), (np.arange(3), slice(1, 3), slice(0, 2))]
+    parts[(3, 5)] += [(slice(0, 9), ..., 1)]
+    parts[(5000,)] += [([3, np.int16(1)], slice(10, 4000)), (slice(-2, None), 4999)]
     for selection in parts.get(row_shape, ()):
         wanted = expected[selection]
         for result in (array.read(selection), array[selection]):

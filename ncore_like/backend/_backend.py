@@ -174,7 +174,12 @@ class Backend:
         elif type(selection) is tuple:
             part = self._row_part(array, selection, state)
             if part is not None:
-                return tuple(dim[1] - dim[0] for dim in part if isinstance(dim, tuple))
+                shape = tuple(dim[1] - dim[0] for dim in part if isinstance(dim, tuple))
+                if type(selection[0]) is int:
+                    return shape
+                batch = self._row_batch(array, selection[0], state)
+                if batch is not None:
+                    return (len(batch[0]), *shape)
         fast = self._fast(array, selection, state)
         if not isinstance(fast, str):
             return fast[1].shape
@@ -307,7 +312,7 @@ class Backend:
         else:
             indices = selection
             if not all(type(index) is int for index in indices):
-                if not all(type(index) in NUMPY_INTEGERS for index in indices):  # bools are a mask
+                if not all(type(index) is int or type(index) in NUMPY_INTEGERS for index in indices):  # bools: a mask
                     return None
                 indices = [int(index) for index in indices]
         if not indices or len(indices) * layout.chunk_nbytes > self.inline_bytes:
@@ -335,28 +340,40 @@ class Backend:
         return result
 
     def _row_part(self, array: ArraySource, selection: tuple[Any, ...], state: ArrayState | None) -> list[Dim] | None:
-        """For a selection of part of one row (``poses[i, :3]``, ``boxes[i, 0]``: an int,
-        then ints and unit-step slices) of an array with a row reader, the selection per
-        dimension (:func:`basic_dims`); None otherwise (invalid selections too)."""
-        if state is None or not selection or type(selection[0]) is not int or self._rows(array, state) is None:
+        """For a selection of parts of rows (``poses[i, :3]``, ``boxes[rows, 0]``,
+        ``poses[t:t + 8, :3]``: an int, an index list or array or a slice, then ints and
+        unit-step slices) of an array with a row reader, the selection of each dimension of
+        a row (:func:`basic_dims`); None otherwise (invalid selections too)."""
+        if state is None or not selection or type(selection[0]) not in _ROW_SELECTIONS:
             return None
-        row = state.row_shape
-        return None if row is None else basic_dims(selection, (row[0], *row[1]))
+        if self._rows(array, state) is None or state.row_shape is None:
+            return None
+        rows, row_shape = state.row_shape
+        first = selection[0]
+        if type(first) is int and not -rows <= first < rows:
+            return None
+        dims = basic_dims((0, *selection[1:]), (rows, *row_shape))  # the rows are the row readers' to check
+        return None if dims is None else dims[1:]
 
     def _read_row_part(
         self, array: ArraySource, selection: tuple[Any, ...], out: NDArray | None, state: ArrayState | None
     ) -> NDArray | None:
-        """``array[selection]`` for a :meth:`_row_part`: the row read whole (a small one, as
-        rows are) and the part taken from it, a view unless ``out`` is given; else None."""
+        """``array[selection]`` for a :meth:`_row_part`: the rows read whole (small ones, as
+        rows are) and the part taken from them, a view unless ``out`` is given; else None."""
         dims = self._row_part(array, selection, state)
         if dims is None or state is None or state.row_reader is None:
             return None
-        row = state.row_reader(selection[0], None)
-        if row is None:
-            return None
         # ``...`` last: all ints select a 0-d view, not a numpy scalar
-        within = (*(slice(*dim) if isinstance(dim, tuple) else dim for dim in dims[1:]), Ellipsis)
-        values: NDArray = row[within]
+        within: tuple[Any, ...] = (*(slice(*dim) if isinstance(dim, tuple) else dim for dim in dims), Ellipsis)
+        first = selection[0]
+        if type(first) is int:
+            whole = state.row_reader(first, None)
+        else:
+            whole = self._read_rows(array, first, None, state)
+            within = (slice(None), *within)
+        if whole is None:
+            return None
+        values: NDArray = whole[within]
         if out is None:
             return values
         out[...] = values
@@ -623,6 +640,10 @@ class Backend:
 #: a few KB costs less than numcodecs' checks of a destination, ~1.5 us); larger ones are read
 #: into the result itself (no second copy, no fresh pages of a new bytes object to fault in).
 _SMALL_ROW_BYTES = 16 * 1024
+
+
+#: The first items of selections of parts of rows (:meth:`Backend._row_part`).
+_ROW_SELECTIONS = frozenset((int, list, slice, np.ndarray))
 
 
 def _row_key_parts(chunk_key: Callable[[tuple[int, ...]], str], ndim: int) -> tuple[str | None, str]:
