@@ -15,6 +15,7 @@ __all__ = [
     "ENCODE_BATCH_BYTES",
     "INLINE_BYTES",
     "INLINE_ENCODE_CHUNK_BYTES",
+    "INLINE_READ_BYTES",
     "MAX_BYTES_IN_FLIGHT",
     "NODE_CACHE_SIZE",
     "PACKED_BATCH_BYTES",
@@ -38,6 +39,11 @@ TAIL_READ_SIZE = 1 << 20
 #: worker pool costs ~150 us, which a 2-core machine wins back from ~2 MB of Blosc records
 #: on (1.3x slower at 0.8 MB, 1.2x faster at 3 MB; scripts/bench_inline_threshold.py).
 INLINE_BYTES = 1536 * 1024
+
+#: Local reads of up to this many bytes run on the event loop's thread in the ``*_async``
+#: methods: a positional read of a few pages (and a row's decoding) takes microseconds, a
+#: hand-off to a worker thread and back much longer (~40-140 us on a 2-core VM).
+INLINE_READ_BYTES = 64 * 1024
 
 #: Remote reads that meet a transient failure (a dropped connection, a body cut short, HTTP
 #: 429 or 5xx) are tried this many times in all, waiting 0.1, 0.2, 0.4... s (with jitter, at

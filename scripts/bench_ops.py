@@ -63,6 +63,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import subprocess
@@ -387,11 +388,23 @@ def index_form_rows(
         for name, (_, function, items, _) in forms.items()
     }
     functions["read(i)"] = lambda: bench.each(array.read, picks)
+
+    async def awaited() -> None:  # one by one, as an async loader awaits its rows
+        for index in picks:
+            await array.read_async(index)
+
+    functions["await read_async(i)"] = lambda: asyncio.run(awaited())
     functions["stack(8 x read(i)), indices"] = lambda: bench.each(rows_one_by_one, batches)
     functions["stack(8 x read(i)), window"] = lambda: bench.each(rows_one_by_one, windows)
     measured = median_times(functions, config.repeats)
     per_row = times["pread+decode"] / len(picks)
-    rows = []
+    pair = bench.Timings({key: [measured[key]] for key in ("await read_async(i)", "read(i)")})
+    rows = [
+        time_row(
+            "2 row", "await arr.read_async(i), one by one", pair, "await read_async(i)", "read(i)", len(picks), 1.5
+        )
+    ]
+    rows[0].target, rows[0].ok = "info", None  # context: the price of a coroutine and its event loop
     for name, (measure, _, items, against) in forms.items():
         pair = bench.Timings({key: [measured[key]] for key in (name, against)})
         row = time_row("2 row", measure, pair, name, against, len(items), 1.2)

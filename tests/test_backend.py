@@ -158,6 +158,45 @@ async def test_read_async_equals_zarr_python(tmp_path: Path) -> None:
         np.testing.assert_array_equal(result, np.asarray(array.zarr[selection]))
 
 
+async def test_small_local_async_reads_run_on_the_loop_and_large_ones_on_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ncore_like.archive._sources as sources_module
+    import ncore_like.backend._backend as backend_module
+    from ncore_like._defaults import INLINE_READ_BYTES
+
+    small = np.arange(80 * 256, dtype=np.float32).reshape(80, 256)  # rows of 1 KB, 80 KB in all
+    large = np.arange(4 * (INLINE_READ_BYTES + 1), dtype=np.uint8).reshape(4, -1)  # rows over the limit
+    write(tmp_path / "a.itar", lambda root: (
+        root.create_array("small", small, chunks=(1, 256)), root.create_array("tiles", small, chunks=(8, 32)),
+        root.create_array("large", large, chunks=(1, INLINE_READ_BYTES + 1)),
+    ))  # fmt: skip
+    root = IndexedTarZarrStore(tmp_path / "a.itar").open_root_group()
+    handed: list[str] = []
+    real = backend_module.run_in_worker
+
+    async def counted(function: Any, *args: Any) -> Any:
+        handed.append(getattr(function, "__name__", "?"))
+        return await real(function, *args)
+
+    for module in (backend_module, sources_module):  # the backend's hand-offs, and the archive's
+        monkeypatch.setattr(module, "run_in_worker", counted)
+    array = root.array("small")
+    out = np.empty((8, 256), np.float32)
+    # A row, rows by index, a window, part of a row, a small region: no worker thread (a
+    # hand-off costs more than these reads), the same values as the blocking read.
+    for selection in (5, np.int64(-1), [3, 60, 3], np.s_[10:18], np.s_[7, :9], np.s_[2:4, 100:200]):
+        np.testing.assert_array_equal(await array.read_async(selection), small[selection])
+    assert await array.read_async(np.s_[20:28], out=out) is out
+    np.testing.assert_array_equal(out, small[20:28])
+    np.testing.assert_array_equal(await root.array("tiles").read_async(np.s_[3:5, 40:50]), small[3:5, 40:50])
+    assert handed == []
+    # More than INLINE_READ_BYTES: decoded on the worker threads, the loop never blocked.
+    np.testing.assert_array_equal(await root.array("large").read_async(2), large[2])
+    np.testing.assert_array_equal(await array.read_async(), small)
+    assert len(handed) == 2
+
+
 # -- the path taken ------------------------------------------------------------------------
 
 

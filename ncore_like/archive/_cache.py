@@ -35,10 +35,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._concurrency import run_in_worker
-from .._defaults import CACHE_MAX_BYTES, CACHE_TTL
+from .._defaults import CACHE_MAX_BYTES, CACHE_TTL, INLINE_READ_BYTES
 from .._log import library_logger
 from ._checksum import checksum
-from ._sources import INLINE_READ_BYTES
 
 if TYPE_CHECKING:
     from ._remote import FsspecSource

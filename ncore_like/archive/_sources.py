@@ -23,20 +23,16 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from .._concurrency import run_in_worker
+from .._defaults import INLINE_READ_BYTES
 from ..errors import ArchiveFormatError, MissingDependencyError, NcoreLikeError, RemoteStorageError
 
 __all__ = [
-    "INLINE_READ_BYTES",
     "LocalSource",
     "RecordSource",
     "remote_errors",
     "remote_failure",
     "truncated",
 ]
-
-#: Local reads up to this size run on the event loop's thread in ``read_async``: a
-#: positional read of a few pages takes microseconds, a hand-off to a worker much longer.
-INLINE_READ_BYTES = 64 * 1024
 
 
 class RecordSource(Protocol):
