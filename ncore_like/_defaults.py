@@ -9,6 +9,7 @@ __all__ = [
     "BULK_READ_AHEAD_BYTES",
     "CACHE_MAX_BYTES",
     "CACHE_TTL",
+    "DECODED_CHUNK_BYTES",
     "DECODED_CONSOLIDATED_RECORDS",
     "DECODED_INDEX_RECORDS",
     "ENCODE_AHEAD_BYTES",
@@ -114,6 +115,12 @@ BULK_READ_AHEAD_BYTES = 256 << 20
 
 #: Records, summed over the decoded indices kept per process (about 60 MB for typical keys).
 DECODED_INDEX_RECORDS = 250_000
+
+#: Decoded chunks that a read took part of, kept per backend (least recently used out
+#: first) for the next reads of the same chunk: a loop over the rows of a single-chunk array
+#: (the default chunking) would otherwise decode the whole chunk for every row. Chunks of
+#: more than half of it are not kept.
+DECODED_CHUNK_BYTES = 32 << 20
 
 #: Decoded consolidated metadata records kept per process.
 DECODED_CONSOLIDATED_RECORDS = 64

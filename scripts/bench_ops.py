@@ -341,6 +341,7 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
             rows.append(peer_row("2 row", measure, peer[name] / times["pread+decode"], f"time {name}/pread+decode",
                                  f"{name} {us(peer[name] / len(picks))} per operation"))  # fmt: skip
     rows.extend(index_form_rows(array, picks, rng, config, times))
+    rows.extend(single_chunk_loop_rows(run))
     measured = reference(run, {"row": {"itar": str(path), "array": "rows", "picks": picks, "repeats": config.repeats}})
     if measured is not None:
         seconds = measured["row"]["seconds"]
@@ -348,6 +349,38 @@ def bench_row(run: bench.Run[Config]) -> list[Row]:
         rows.append(peer_row("2 row", "reference (nvidia-ncore): arr[i]", seconds / times["pread+decode"],
                              "time reference/pread+decode", detail))  # fmt: skip
     return rows
+
+
+def single_chunk_loop_rows(run: bench.Run[Config]) -> list[Row]:
+    """A loop over the rows of an array written with the default chunking (one chunk, as
+    poses or labels are), ``poses[t]`` for each ``t``, against h5py's ``dataset[t]`` of the
+    same chunk."""
+    config = run.config
+    poses = run.generator.standard_normal((100_000, 7))
+    path = run.tmp / "poses.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        store.create_root_group({}).create_array("poses", poses, compression=BloscCompression())
+        store.consolidate()
+    bench.warm_page_cache(path)
+    array = IndexedTarZarrStore(path).open_root_group().array("poses")
+    steps = range(0, len(poses), max(1, len(poses) // config.row_reads))
+    functions: dict[str, Callable[[], object]] = {"ours": lambda: bench.each(array.__getitem__, steps)}
+    modules = h5py_modules()
+    if modules is None:
+        return []
+    h5py, hdf5plugin = modules
+    h5_path = run.tmp / "poses.h5"
+    with h5py.File(h5_path, "w") as h5:
+        h5.create_dataset("poses", data=poses, chunks=poses.shape, **h5py_blosc(hdf5plugin))
+    with h5py.File(h5_path, "r") as h5:
+        dataset = h5["poses"]
+        functions["h5py"] = lambda: bench.each(dataset.__getitem__, steps)
+        times = median_times(functions, config.repeats)
+    pair = bench.Timings({name: [times[name]] for name in ("ours", "h5py")})
+    row = time_row("2 row", "poses[t] over the rows of one 5.6 MB Blosc chunk (the default chunking)", pair,
+                   "ours", "h5py", len(steps), 1.5)  # fmt: skip
+    row.target, row.ok = "info", None  # context: the decoded chunk kept between reads
+    return [row]
 
 
 def index_form_rows(

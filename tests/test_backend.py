@@ -391,6 +391,116 @@ def test_corrupt_chunk_records_raise_naming_the_key(tmp_path: Path, compressed: 
     np.testing.assert_array_equal(array.read(np.s_[:50]), data[:50])
 
 
+# -- decoded chunks kept -------------------------------------------------------------------
+
+
+def counted_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys of the chunks the backend decodes, or reads raw into memory, from here on."""
+    import ncore_like.backend._backend as backend_module
+
+    keys: list[str] = []
+    decode, read_into = backend_module.decode_into, IndexedTarArchive.read_into
+
+    def decoded(*args: Any, **kwargs: Any) -> None:
+        keys.append(kwargs["key"])
+        decode(*args, **kwargs)
+
+    def read(archive: IndexedTarArchive, key: str, buffer: memoryview) -> None:
+        keys.append(key)
+        read_into(archive, key, buffer)
+
+    monkeypatch.setattr(backend_module, "decode_into", decoded)
+    monkeypatch.setattr(IndexedTarArchive, "read_into", read)
+    return keys
+
+
+@pytest.mark.parametrize("compression", [BloscCompression(), None])
+def test_a_loop_over_the_rows_of_one_chunk_decodes_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compression: BloscCompression | None
+) -> None:
+    poses = np.random.default_rng(3).standard_normal((500, 7))
+    # One chunk, the default: a loop over its rows decoded all of it for every row.
+    write(tmp_path / "p.itar", lambda root: root.create_array("poses", poses, compression=compression))
+    decodes = counted_decodes(monkeypatch)
+    array = IndexedTarZarrStore(tmp_path / "p.itar").open_root_group().array("poses")
+    out = np.empty(3)
+    for t in range(len(poses)):
+        row = array[t]
+        np.testing.assert_array_equal(row, poses[t])
+        assert not row.flags.writeable
+        assert array.read((t, slice(2, 5)), out=out) is out
+        np.testing.assert_array_equal(out, poses[t, 2:5])
+        assert array[t, 6] == poses[t, 6]
+    assert len(decodes) == 1
+    np.testing.assert_array_equal(array.read(), poses)  # whole: straight into its result
+    # Another store of the file keeps its own.
+    other = IndexedTarZarrStore(tmp_path / "p.itar").open_root_group().array("poses")
+    before = len(decodes)
+    np.testing.assert_array_equal(other[-1], poses[-1])
+    assert len(decodes) == before + 1
+
+
+def test_chunks_kept_decoded_are_bounded_and_damaged_ones_never_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ncore_like.backend._backend as backend_module
+
+    poses = np.random.default_rng(4).standard_normal((500, 7))  # 28 KB chunks
+    write(tmp_path / "p.itar", lambda root: (
+        root.create_array("a", poses, compression=BloscCompression()),
+        root.create_array("b", poses + 1, compression=BloscCompression()),
+        root.create_array("many", poses, chunks=(100, 7), compression=BloscCompression()),
+    ))  # fmt: skip
+    monkeypatch.setattr(backend_module, "DECODED_CHUNK_BYTES", 60_000)  # room for two chunks of 28 KB
+    decodes = counted_decodes(monkeypatch)
+    root = IndexedTarZarrStore(tmp_path / "p.itar").open_root_group()
+    a, b, many = root.array("a"), root.array("b"), root.array("many")
+    for t in range(20):
+        np.testing.assert_array_equal(a[t], poses[t])
+        np.testing.assert_array_equal(b[t], poses[t] + 1)
+    assert len(decodes) == 2
+    np.testing.assert_array_equal(many[5:250, 1], poses[5:250, 1])  # several chunks in one read: none kept
+    np.testing.assert_array_equal(a[20], poses[20])
+    np.testing.assert_array_equal(b[20], poses[20] + 1)
+    assert len(decodes) == 5  # the three of "many"; a and b still kept
+    np.testing.assert_array_equal(many[3], poses[3])  # one chunk: kept, the least recently used goes
+    np.testing.assert_array_equal(many[4], poses[4])
+    np.testing.assert_array_equal(a[21], poses[21])
+    assert len(decodes) == 7 and decodes[-1] == "a/0.0"
+    monkeypatch.setattr(backend_module, "DECODED_CHUNK_BYTES", 50_000)  # a chunk over half of it: not kept
+    small = IndexedTarZarrStore(tmp_path / "p.itar").open_root_group().array("a")
+    for t in range(3):
+        np.testing.assert_array_equal(small[t], poses[t])
+    assert len(decodes) == 10
+    # A damaged chunk fails every read, and is not kept as if read.
+    from ncore_like import ChecksumError
+
+    path = tmp_path / "p.itar"
+    record = IndexedTarArchive(path).records["b/0.0"]
+    with open(path, "r+b") as file:
+        file.seek(record.offset + record.size // 2)
+        byte = file.read(1)[0]
+        file.seek(record.offset + record.size // 2)
+        file.write(bytes([byte ^ 0x10]))
+    damaged = IndexedTarZarrStore(path).open_root_group().array("b")
+    for _ in range(2):
+        with pytest.raises(ChecksumError, match="'b/0.0'"):
+            damaged[0]
+
+
+@pytest.mark.http
+def test_a_remote_chunk_kept_decoded_is_not_requested_again(tmp_path: Path) -> None:
+    poses = np.random.default_rng(5).standard_normal((65_536, 4))  # 2 MiB of noise: before the tail read
+    write(tmp_path / "p.itar", lambda root: root.create_array("poses", poses, compression=BloscCompression()))
+    with start_http(tmp_path) as server:
+        array = IndexedTarZarrStore(UPath(f"{server.endpoint}/p.itar")).open_root_group().array("poses")
+        server.clear_requests()
+        for t in range(0, 65_536, 4096):
+            np.testing.assert_array_equal(array[t], poses[t])
+        gets = [r for r in server.requests() if r["method"] == "GET"]
+    assert len(gets) == 1  # the chunk once, then its rows from the decoded chunk
+
+
 # -- memory --------------------------------------------------------------------------------
 
 

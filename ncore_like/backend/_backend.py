@@ -24,8 +24,9 @@ import numpy as np
 
 from .. import _compat
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
-from .._defaults import INLINE_BYTES, INLINE_READ_BYTES, MAX_BYTES_IN_FLIGHT
+from .._defaults import DECODED_CHUNK_BYTES, INLINE_BYTES, INLINE_READ_BYTES, MAX_BYTES_IN_FLIGHT
 from .._log import DEBUG, library_logger
+from .._lru import LRUCache
 from ..store._documents import ChunkKeys
 from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, raw_checked, scratch_buffer
@@ -108,6 +109,11 @@ class Backend:
         self._row_reads = itertools.count()
         self._peeks = 0
         self._rows_counted = 0
+        # Decoded chunks a read took part of, by (layout, key): kept entries hold their layout,
+        # so its id is not reused while they live. Read-only, shared by all threads.
+        self._decoded: LRUCache[tuple[int, str], tuple[ChunkLayout, NDArray]] = LRUCache(
+            DECODED_CHUNK_BYTES, weight=lambda entry: entry[1].nbytes
+        )
 
     def state_of(self, view: Any) -> ArrayState:
         """The :class:`ArrayState` of the array that ``view`` (a store's metadata view of it)
@@ -256,9 +262,17 @@ class Backend:
             out[...] = layout.fill_value
 
     def _place(
-        self, task: ChunkTask, layout: ChunkLayout, out: NDArray, drop_axes: tuple[int, ...], record: bytes | None
+        self,
+        task: ChunkTask,
+        layout: ChunkLayout,
+        out: NDArray,
+        drop_axes: tuple[int, ...],
+        record: bytes | None,
+        keep: bool = False,
     ) -> None:
-        """Reads (unless given) and decodes one chunk into ``out``."""
+        """Reads (unless given) and decodes one chunk into ``out``. With ``keep`` (the one
+        chunk of a read), a chunk the read takes part of is kept decoded for the next reads
+        of it (see :data:`DECODED_CHUNK_BYTES`)."""
         if not task.stored:
             self._fill(task, layout, out)
             return
@@ -272,13 +286,24 @@ class Backend:
             record = archive.read(task.key) if record is None else record
             decode_into(record, region, compressed=layout.compressed, key=task.key, where=where)
             return
-        buffer = scratch_buffer(layout.chunk_nbytes)
-        if record is None and not layout.compressed and task.size == buffer.size:
-            archive.read_into(task.key, buffer.data)
-        else:
-            record = archive.read(task.key) if record is None else record
-            decode_into(record, buffer, compressed=layout.compressed, key=task.key, where=where)
-        chunk = buffer.view(layout.stored_dtype).reshape(layout.chunk_shape)
+        chunk = self._kept_chunk(task, layout)
+        if chunk is None:
+            keep = keep and layout.chunk_nbytes <= self._decoded.max_weight // 2
+            buffer = new_result((layout.chunk_nbytes,), _BYTES) if keep else scratch_buffer(layout.chunk_nbytes)
+            if record is None and not layout.compressed and task.size == buffer.size:
+                archive.read_into(task.key, buffer.data)
+            else:
+                record = archive.read(task.key) if record is None else record
+                decode_into(record, buffer, compressed=layout.compressed, key=task.key, where=where)
+            chunk = buffer.view(layout.stored_dtype).reshape(layout.chunk_shape)
+            if keep:
+                chunk.setflags(write=False)
+                self._decoded.put((id(layout), task.key), (layout, chunk))
+        self._put(task, chunk, out, drop_axes)
+
+    @staticmethod
+    def _put(task: ChunkTask, chunk: NDArray, out: NDArray, drop_axes: tuple[int, ...]) -> None:
+        """Copies the part of a decoded chunk that ``task`` takes into its place in ``out``."""
         values = chunk[task.chunk_selection]
         if drop_axes:
             values = values.squeeze(axis=drop_axes)
@@ -379,6 +404,12 @@ class Backend:
         out[...] = values
         return out
 
+    def _kept_chunk(self, task: ChunkTask, layout: ChunkLayout) -> NDArray | None:
+        """The decoded chunk of ``task`` if an earlier read that took part of it kept it
+        (a chunk's record never changes: archives are write-once)."""
+        kept = self._decoded.get((id(layout), task.key))
+        return kept[1] if kept is not None and kept[0] is layout else None
+
     def _rows(self, array: ArraySource, state: ArrayState) -> RowReader | None:
         """The array's row reader (see :meth:`_row_reader`), memoised; None if it has none."""
         if not state.rows_known:
@@ -475,8 +506,9 @@ class Backend:
     def _run_local(self, layout: ChunkLayout, plan: ReadPlan, out: NDArray) -> None:
         tasks = plan.tasks
         if len(tasks) <= 1 or plan.stored_bytes < self.inline_bytes:
+            keep = len(tasks) == 1  # a loop over rows or elements of one chunk reads it again
             for task in tasks:
-                self._place(task, layout, out, plan.drop_axes, None)
+                self._place(task, layout, out, plan.drop_axes, None, keep)
             return
         pool = worker_pool()
         futures = [pool.submit(self._place, task, layout, out, plan.drop_axes, None) for task in tasks]
@@ -499,14 +531,19 @@ class Backend:
                 )
             return
         budget = _ByteBudget(self.max_bytes_in_flight)
+        keep = len(plan.tasks) == 1
 
         async def fetch_and_decode(task: ChunkTask) -> None:
             if not task.stored:
                 self._fill(task, layout, out)
                 return
+            chunk = self._kept_chunk(task, layout)
+            if chunk is not None:  # decoded already: no request
+                self._put(task, chunk, out, plan.drop_axes)
+                return
             async with budget.hold(task.size):
                 record = await archive.read_async(task.key)
-                await run_in_worker(self._place, task, layout, out, plan.drop_axes, record)
+                await run_in_worker(self._place, task, layout, out, plan.drop_axes, record, keep)
 
         # All requests go out at once (within the budget); each chunk decodes on a worker
         # thread as soon as its bytes arrive.
@@ -668,6 +705,8 @@ class Backend:
 #: into the result itself (no second copy, no fresh pages of a new bytes object to fault in).
 _SMALL_ROW_BYTES = 16 * 1024
 
+
+_BYTES = np.dtype(np.uint8)
 
 #: The first items of selections of parts of rows (:meth:`Backend._row_part`).
 _ROW_SELECTIONS = frozenset((int, list, slice, np.ndarray))
