@@ -116,7 +116,7 @@ BULK_READ_AHEAD_BYTES = 256 << 20
 #: Records, summed over the decoded indices kept per process (about 60 MB for typical keys).
 DECODED_INDEX_RECORDS = 250_000
 
-#: Decoded chunks that a read took part of, kept per backend (least recently used out
+#: Decoded chunks that a read took part of, kept in the process (least recently used out
 #: first) for the next reads of the same chunk: a loop over the rows of a single-chunk array
 #: (the default chunking) would otherwise decode the whole chunk for every row. Chunks of
 #: more than half of it are not kept.

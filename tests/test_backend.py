@@ -20,6 +20,7 @@ from hypothesis.extra import numpy as hnp
 from upath import UPath
 
 from ncore_like import Array, BloscCompression, IndexedTarArchive, IndexedTarZarrStore, ZarrStoreAdapter
+from ncore_like._lru import LRUCache
 from ncore_like.backend import Backend
 from tests.support import zarr_api
 from tests.support.servers import max_in_flight, start_http
@@ -434,10 +435,19 @@ def test_a_loop_over_the_rows_of_one_chunk_decodes_it_once(
     assert len(decodes) == 1
     np.testing.assert_array_equal(array.read(), poses)  # whole: straight into its result
     # Another store of the file keeps its own.
-    other = IndexedTarZarrStore(tmp_path / "p.itar").open_root_group().array("poses")
+    store = IndexedTarZarrStore(tmp_path / "p.itar")
+    other = store.open_root_group().array("poses")
     before = len(decodes)
     np.testing.assert_array_equal(other[-1], poses[-1])
     assert len(decodes) == before + 1
+    # What is kept keeps no store, archive or file open once the store is gone.
+    import gc
+    import weakref
+
+    gone = weakref.ref(store.archive)
+    del store, other
+    gc.collect()
+    assert gone() is None
 
 
 def test_chunks_kept_decoded_are_bounded_and_damaged_ones_never_kept(
@@ -451,7 +461,12 @@ def test_chunks_kept_decoded_are_bounded_and_damaged_ones_never_kept(
         root.create_array("b", poses + 1, compression=BloscCompression()),
         root.create_array("many", poses, chunks=(100, 7), compression=BloscCompression()),
     ))  # fmt: skip
-    monkeypatch.setattr(backend_module, "DECODED_CHUNK_BYTES", 60_000)  # room for two chunks of 28 KB
+
+    def bound(nbytes: int) -> None:
+        cache = LRUCache(nbytes, weight=lambda entry: entry[1].nbytes)  # type: ignore[var-annotated]
+        monkeypatch.setattr(backend_module, "_decoded", cache)
+
+    bound(60_000)  # room for two chunks of 28 KB
     decodes = counted_decodes(monkeypatch)
     root = IndexedTarZarrStore(tmp_path / "p.itar").open_root_group()
     a, b, many = root.array("a"), root.array("b"), root.array("many")
@@ -467,7 +482,7 @@ def test_chunks_kept_decoded_are_bounded_and_damaged_ones_never_kept(
     np.testing.assert_array_equal(many[4], poses[4])
     np.testing.assert_array_equal(a[21], poses[21])
     assert len(decodes) == 7 and decodes[-1] == "a/0.0"
-    monkeypatch.setattr(backend_module, "DECODED_CHUNK_BYTES", 50_000)  # a chunk over half of it: not kept
+    bound(50_000)  # a chunk over half of it: not kept
     small = IndexedTarZarrStore(tmp_path / "p.itar").open_root_group().array("a")
     for t in range(3):
         np.testing.assert_array_equal(small[t], poses[t])

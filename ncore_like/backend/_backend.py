@@ -26,7 +26,7 @@ from .. import _compat
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import DECODED_CHUNK_BYTES, INLINE_BYTES, INLINE_READ_BYTES, MAX_BYTES_IN_FLIGHT
 from .._log import DEBUG, library_logger
-from .._lru import LRUCache
+from .._lru import LRUCache, process_cache
 from ..store._documents import ChunkKeys
 from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, raw_checked, scratch_buffer
@@ -109,11 +109,6 @@ class Backend:
         self._row_reads = itertools.count()
         self._peeks = 0
         self._rows_counted = 0
-        # Decoded chunks a read took part of, by (layout, key): kept entries hold their layout,
-        # so its id is not reused while they live. Read-only, shared by all threads.
-        self._decoded: LRUCache[tuple[int, str], tuple[ChunkLayout, NDArray]] = LRUCache(
-            DECODED_CHUNK_BYTES, weight=lambda entry: entry[1].nbytes
-        )
 
     def state_of(self, view: Any) -> ArrayState:
         """The :class:`ArrayState` of the array that ``view`` (a store's metadata view of it)
@@ -288,7 +283,7 @@ class Backend:
             return
         chunk = self._kept_chunk(task, layout)
         if chunk is None:
-            keep = keep and layout.chunk_nbytes <= self._decoded.max_weight // 2
+            keep = keep and layout.chunk_nbytes <= _decoded.max_weight // 2
             buffer = new_result((layout.chunk_nbytes,), _BYTES) if keep else scratch_buffer(layout.chunk_nbytes)
             if record is None and not layout.compressed and task.size == buffer.size:
                 archive.read_into(task.key, buffer.data)
@@ -298,7 +293,7 @@ class Backend:
             chunk = buffer.view(layout.stored_dtype).reshape(layout.chunk_shape)
             if keep:
                 chunk.setflags(write=False)
-                self._decoded.put((id(layout), task.key), (layout, chunk))
+                _decoded.put((id(layout), task.key), (weakref.ref(layout), chunk))
         self._put(task, chunk, out, drop_axes)
 
     @staticmethod
@@ -404,11 +399,12 @@ class Backend:
         out[...] = values
         return out
 
-    def _kept_chunk(self, task: ChunkTask, layout: ChunkLayout) -> NDArray | None:
+    @staticmethod
+    def _kept_chunk(task: ChunkTask, layout: ChunkLayout) -> NDArray | None:
         """The decoded chunk of ``task`` if an earlier read that took part of it kept it
         (a chunk's record never changes: archives are write-once)."""
-        kept = self._decoded.get((id(layout), task.key))
-        return kept[1] if kept is not None and kept[0] is layout else None
+        kept = _decoded.get((id(layout), task.key))
+        return kept[1] if kept is not None and kept[0]() is layout else None
 
     def _rows(self, array: ArraySource, state: ArrayState) -> RowReader | None:
         """The array's row reader (see :meth:`_row_reader`), memoised; None if it has none."""
@@ -707,6 +703,14 @@ _SMALL_ROW_BYTES = 16 * 1024
 
 
 _BYTES = np.dtype(np.uint8)
+
+#: Decoded chunks that a read took part of (see :data:`DECODED_CHUNK_BYTES`), by the id of
+#: their array's layout and their key, one bound for the process however many stores are
+#: open. An entry refers to its layout weakly: it keeps no archive (and no file) open, and a
+#: layout's id reused by another after it is gone finds no entry of its own.
+_decoded: LRUCache[tuple[int, str], tuple[weakref.ref[ChunkLayout], NDArray]] = process_cache(
+    DECODED_CHUNK_BYTES, weight=lambda entry: entry[1].nbytes
+)
 
 #: The first items of selections of parts of rows (:meth:`Backend._row_part`).
 _ROW_SELECTIONS = frozenset((int, list, slice, np.ndarray))
