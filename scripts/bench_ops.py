@@ -355,6 +355,10 @@ def single_chunk_loop_rows(run: bench.Run[Config]) -> list[Row]:
     """A loop over the rows of an array written with the default chunking (one chunk, as
     poses or labels are), ``poses[t]`` for each ``t``, against h5py's ``dataset[t]`` of the
     same chunk."""
+    modules = h5py_modules()
+    if modules is None:
+        return []
+    h5py, hdf5plugin = modules
     config = run.config
     poses = run.generator.standard_normal((config.rows * 5, 7))  # 100,000 rows: 5.6 MB
     path = run.tmp / "poses.itar"
@@ -365,10 +369,6 @@ def single_chunk_loop_rows(run: bench.Run[Config]) -> list[Row]:
     array = IndexedTarZarrStore(path).open_root_group().array("poses")
     steps = range(0, len(poses), max(1, len(poses) // config.row_reads))
     functions: dict[str, Callable[[], object]] = {"ours": lambda: bench.each(array.__getitem__, steps)}
-    modules = h5py_modules()
-    if modules is None:
-        return []
-    h5py, hdf5plugin = modules
     h5_path = run.tmp / "poses.h5"
     with h5py.File(h5_path, "w") as h5:
         h5.create_dataset("poses", data=poses, chunks=poses.shape, **h5py_blosc(hdf5plugin))
@@ -388,8 +388,8 @@ def index_form_rows(
 ) -> list[Row]:
     """Every common form of a row index against ``read(i)`` of the same rows, and 8 rows by
     an index array and by a slice against ``numpy.stack`` of their ``read(i)``: no form may
-    fall off the fast path. ``times`` has
-    the row workload's ``pread+decode``, to which the details relate each form."""
+    fall off the fast path. ``times`` has the row workload's ``pread+decode``, to which the
+    details relate each form."""
     size = array.shape[0]
     count = len(picks) // 8
     batches = [rng.integers(0, size, size=8) for _ in range(count)]  # as a sampler hands them out

@@ -168,7 +168,7 @@ class Backend:
             row = state.row_shape  # arrays with a row reader
             if row is not None and -row[0] <= selection < row[0]:
                 return row[1]
-        elif type(selection) is list or type(selection) is np.ndarray or type(selection) is slice:
+        elif type(selection) in _ROW_BATCHES:
             batch = self._row_batch(array, selection, state)
             if batch is not None:
                 return (len(batch[0]), *batch[1])
@@ -569,7 +569,7 @@ class Backend:
                 row = reader(selection, out)
                 if row is not None:
                     return row
-        elif type(selection) is list or type(selection) is np.ndarray or type(selection) is slice:
+        elif type(selection) in _ROW_BATCHES:
             rows = self._read_rows(array, selection, out, state)
             if rows is not None:
                 return rows
@@ -650,7 +650,7 @@ class Backend:
         if self._rows(array, state) is not None:  # rows by index, no plan needed to tell
             if type(selection) is int:
                 return layout.chunk_nbytes <= INLINE_READ_BYTES
-            if type(selection) is list or type(selection) is np.ndarray or type(selection) is slice:
+            if type(selection) in _ROW_BATCHES:
                 batch = self._row_batch(array, selection, state)
                 if batch is not None:
                     return len(batch[0]) * layout.chunk_nbytes <= INLINE_READ_BYTES
@@ -712,8 +712,10 @@ _decoded: LRUCache[tuple[int, str], tuple[weakref.ref[ChunkLayout], NDArray]] = 
     DECODED_CHUNK_BYTES, weight=lambda entry: entry[1].nbytes
 )
 
-#: The first items of selections of parts of rows (:meth:`Backend._row_part`).
-_ROW_SELECTIONS = frozenset((int, list, slice, np.ndarray))
+#: Selections of a few rows (:meth:`Backend._row_batch`), and the first items of selections
+#: of parts of rows (:meth:`Backend._row_part`).
+_ROW_BATCHES = frozenset((list, slice, np.ndarray))
+_ROW_SELECTIONS = _ROW_BATCHES | {int}
 
 
 def _row_key_parts(chunk_key: Callable[[tuple[int, ...]], str], ndim: int) -> tuple[str | None, str]:

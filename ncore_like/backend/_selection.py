@@ -62,8 +62,8 @@ def first_axis(selection: Any, ndim: int) -> Any:
     (rows by index, or a mask) and whose other items are full slices (``:``) and at most one
     ``Ellipsis``, in no more items than ``ndim`` takes, that first item: numpy reads
     ``a[i, :]``, ``a[i, ...]``, ``a[t:u, :]`` and ``a[rows, :]`` as ``a[i]``, ``a[t:u]``
-    and ``a[rows]`` (whole rows, for the row readers). ``selection`` itself otherwise (invalid tuples included: they
-    keep their errors)."""
+    and ``a[rows]`` (whole rows, for the row readers). ``selection`` itself otherwise
+    (invalid tuples included: they keep their errors)."""
     if type(selection) is not tuple or not selection:
         return selection
     first = selection[0]
