@@ -16,7 +16,7 @@ import zarr.storage
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import ncore_like._compat
-from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, RecordExistsError
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, ReadOnlyError, RecordExistsError
 from tests.support import zarr_api
 from tests.support.zarr_version import ZARR_MAJOR
 
@@ -288,3 +288,132 @@ def test_rewritable_stores_complete_partial_chunk_writes_as_zarr_python_does(
         array.write(selection, number)  # overlapping writes: chunks written again
         expected[selection] = number
     np.testing.assert_array_equal(array.read(), expected)
+
+
+# -- one row at a time ----------------------------------------------------------------------
+
+#: The index forms of one row, as recorders hand them out (numpy's integers from counters
+#: and samplers, tuples of the row and full slices).
+ROW_FORMS = {
+    "int": lambda index, rows: index,
+    "negative": lambda index, rows: index - rows,
+    "int64": lambda index, rows: np.int64(index),
+    "uint16": lambda index, rows: np.uint16(index),
+    "0-d array": lambda index, rows: np.array(index),
+    "(i, :)": lambda index, rows: (index, slice(None)),
+    "(i, ...)": lambda index, rows: (index, ...),
+}
+
+
+def _no_general_path(patch: pytest.MonkeyPatch) -> None:
+    """Makes every write but the row writer's fail: what a test of that writer writes then
+    came through it."""
+    from ncore_like.nodes._array import Array
+
+    def refused(*args: object) -> None:
+        raise AssertionError("a row write took the general path")
+
+    patch.setattr(Array, "_write_whole_chunks", refused)
+    patch.setattr(ncore_like._compat, "write_basic_selection", refused)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    zarr_format=st.sampled_from(zarr_api.WRITABLE_FORMATS),
+    dtype=st.sampled_from(DTYPES),
+    compression=st.sampled_from(COMPRESSIONS),
+    row_shape=st.lists(st.integers(1, 5), min_size=0, max_size=2).map(tuple),
+    rows=st.integers(1, 7),
+    form=st.sampled_from(sorted(ROW_FORMS)),
+    given_as=st.sampled_from(["array", "strided", "list", "float64"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_rows_written_one_by_one_are_what_zarr_python_stores(
+    tmp_path_factory: pytest.TempPathFactory, zarr_format: int, dtype: str, compression: BloscCompression | None,
+    row_shape: tuple[int, ...], rows: int, form: str, given_as: str, seed: int,
+) -> None:  # fmt: skip
+    data = np.random.default_rng(seed).integers(0, 50, size=(rows, *row_shape)).astype(dtype)
+    if form in ("(i, :)",) and not row_shape:
+        form = "int"  # (i, :) of a 1-d array selects a row of one dimension more: not a row
+    path = tmp_path_factory.mktemp("w") / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store, pytest.MonkeyPatch.context() as patch:
+        _no_general_path(patch)
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        array = root.create_empty_array(
+            "x", shape=data.shape, dtype=dtype, chunks=(1, *row_shape), compression=compression
+        )
+        for index in np.random.default_rng(seed).permutation(rows):  # in any order
+            row: Any = data[index]
+            if given_as == "strided":  # every other element of a larger array: not contiguous
+                spread = np.zeros((*row_shape[:-1], 2 * row_shape[-1]) if row_shape else (), data.dtype)
+                if row_shape:
+                    spread[..., ::2] = row
+                    row = spread[..., ::2]
+                else:
+                    row = data[index]
+            elif given_as == "list":
+                row = row.tolist()
+            elif given_as == "float64" and data.dtype.kind in "iuf":
+                row = row.astype(np.float64)  # cast to the array's dtype, as numpy assigns
+            array.write(ROW_FORMS[form](int(index), rows), row)
+    assert our_records(path, "x") == zarr_python_records(zarr_format, "x", data, (1, *row_shape), compression, {})
+
+
+@pytest.mark.parametrize("compression", [None, BloscCompression()], ids=["raw", "blosc"])
+def test_a_row_written_again_is_refused_and_changes_nothing(
+    tmp_path: Path, compression: BloscCompression | None
+) -> None:
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        array = store.create_root_group({}).create_empty_array(
+            "poses", shape=(5, 3), dtype="f8", chunks=(1, 3), compression=compression
+        )
+        array.write(2, [1.0, 2.0, 3.0])
+        records = len(store.archive)
+        for index in (2, -3, np.int64(2), (2, slice(None))):
+            with pytest.raises(RecordExistsError, match=r"array 'poses' of .*a\.itar.*poses/2\.0.*exists already"):
+                array.write(index, [7.0, 8.0, 9.0])
+            assert len(store.archive) == records  # nothing written
+        store.consolidate()
+    np.testing.assert_array_equal(IndexedTarZarrStore(path).open_root_group().array("poses").read(2), [1, 2, 3])
+
+
+def test_row_writes_the_row_writer_leaves_keep_their_results(tmp_path: Path) -> None:
+    """Data of another shape (broadcast), indices out of bounds and stores opened for reading
+    get what the general path gives them."""
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        array = store.create_root_group({}).create_empty_array("x", shape=(4, 3), dtype="i4", chunks=(1, 3))
+        array.write(0, 7)  # a scalar broadcast over the row
+        array.write(1, np.array([1, 2, 3], np.int8))  # another dtype: cast as numpy assigns
+        with pytest.raises(ValueError, match="broadcast"):
+            array.write(2, [1, 2])
+        with pytest.raises(IndexError):
+            array.write(4, [1, 2, 3])
+        with pytest.raises(IndexError):
+            array.write(-5, [1, 2, 3])
+        store.consolidate()
+    reader = IndexedTarZarrStore(path).open_root_group().array("x")
+    np.testing.assert_array_equal(reader.read(), [[7, 7, 7], [1, 2, 3], [0, 0, 0], [0, 0, 0]])
+    with pytest.raises(ReadOnlyError):
+        reader.write(3, [1, 2, 3])
+
+
+@pytest.mark.parametrize("row_bytes", [64, 2 << 20], ids=["buffered", "written at once"])
+def test_an_uncompressed_row_is_stored_as_it_was_when_written(tmp_path: Path, row_bytes: int) -> None:
+    """Rows are handed to the archive without a copy: what it stores must not follow later
+    changes of the caller's array (small records wait in the write buffer, large ones are
+    written before the call returns)."""
+    path = tmp_path / "a.itar"
+    values = np.arange(3 * row_bytes, dtype=np.uint8).reshape(3, row_bytes)
+    with IndexedTarZarrStore(path, mode="w") as store:
+        array = store.create_root_group({}).create_empty_array(
+            "x", shape=values.shape, dtype="u1", chunks=(1, row_bytes), compression=None
+        )
+        scratch = np.empty(row_bytes, np.uint8)  # a recorder's reused buffer
+        for index in range(3):
+            scratch[:] = values[index]
+            array.write(index, scratch)
+            scratch[:] = 255
+        store.consolidate()
+    np.testing.assert_array_equal(IndexedTarZarrStore(path).open_root_group().array("x").read(), values)

@@ -22,6 +22,7 @@ from ..store._metadata import ArrayView
 from ._compression import BloscCompression
 from ._encoding import Record, encode_chunk_batches, encode_chunks
 from ._node import Node
+from ._row_writer import RowWriter, row_writer
 
 if TYPE_CHECKING:
     from .._compat import ZarrArray
@@ -131,10 +132,11 @@ class Array(_ArrayNode):
         # What the backend learnt about this array (shared by the nodes of one view).
         self._state = self._backend.state_of(view) if view is not None else ArrayState()
         self._writer: tuple[_ChunkWriter | None] | None = None  # how chunks are encoded, once known
+        self._rows: tuple[RowWriter | None] | None = None  # how single rows are written, once known
 
     def __getstate__(self) -> dict[str, Any]:
         # The state is a cache of the backend's (and may hold what doesn't pickle).
-        return {**self.__dict__, "_state": ArrayState(), "_writer": None}
+        return {**self.__dict__, "_state": ArrayState(), "_writer": None, "_rows": None}
 
     @property
     def view(self) -> ArrayView | None:
@@ -405,6 +407,16 @@ class Array(_ArrayNode):
         """
         if self.read_only:
             raise ReadOnlyError(f"{self._where()}: store is opened for reading, can't write")
+        # One row of an array chunked by rows first, as reads take it (the same index forms).
+        rows = self._row_writes()
+        if rows is not None:
+            index = selection
+            if type(index) is not int:
+                index = int(index) if type(index) in NUMPY_INTEGERS else canonical(index)
+                if type(index) is tuple:
+                    index = first_axis(index, self.ndim)
+            if type(index) is int and rows(index, data):
+                return
         selection = canonical(selection)
         if not is_basic(selection):
             raise ValueError(
@@ -526,6 +538,31 @@ class Array(_ArrayNode):
         if self._writer is None:
             self._writer = (self._find_chunk_writer(),)
         return self._writer[0]
+
+    def _row_writes(self) -> RowWriter | None:
+        """The writer of single rows (see :mod:`._row_writer`) of an archive's array chunked
+        by rows, None for other arrays; memoised."""
+        if self._rows is None:
+            self._rows = (self._find_row_writer(),)
+        return self._rows[0]
+
+    def _find_row_writer(self) -> RowWriter | None:
+        view, writer, store = self._view, self._chunk_writer(), self._record_store()
+        if not isinstance(view, ArrayView) or writer is None or not is_itar_zarr_store(store):
+            return None
+        chunk_key = view.chunk_key
+        if not isinstance(chunk_key, ChunkKeys):
+            return None
+        return row_writer(
+            shape=view.shape,
+            chunks=writer.chunks,
+            dtype=writer.dtype,
+            compression=writer.compression,
+            row_key=chunk_key.first_axis(len(view.shape)),
+            contains=store.exists_sync,
+            store=store.set_bytes_sync,
+            where=self._where(),
+        )
 
     def _find_chunk_writer(self) -> _ChunkWriter | None:
         view = self._view
