@@ -417,3 +417,62 @@ def test_an_uncompressed_row_is_stored_as_it_was_when_written(tmp_path: Path, ro
             scratch[:] = 255
         store.consolidate()
     np.testing.assert_array_equal(IndexedTarZarrStore(path).open_root_group().array("x").read(), values)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    zarr_format=st.sampled_from(zarr_api.WRITABLE_FORMATS),
+    compression=st.sampled_from(COMPRESSIONS),
+    shape=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+    chunks=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    tile=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    seed=st.integers(0, 2**32 - 1),
+)
+# One chunk across the block, at column 4:
+@example(zarr_format=2, compression=None, shape=(4, 8), chunks=(1, 4), tile=(2, 1), seed=0)
+def test_blocks_of_whole_chunks_anywhere_store_what_zarr_python_stores(
+    tmp_path_factory: pytest.TempPathFactory, zarr_format: int, compression: BloscCompression | None,
+    shape: tuple[int, int], chunks: tuple[int, int], tile: tuple[int, int], seed: int,
+) -> None:  # fmt: skip
+    """An array written as blocks of whole chunks (``tile`` chunks each way, edge blocks
+    smaller) at every position, in any order, holds zarr-python's records of the whole."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 50, size=shape).astype("<i4")
+    steps = [t * c for t, c in zip(tile, chunks, strict=True)]
+    blocks = [
+        (slice(row, row + steps[0]), slice(column, column + steps[1]))
+        for row in range(0, shape[0], steps[0])
+        for column in range(0, shape[1], steps[1])
+    ]
+    path = tmp_path_factory.mktemp("w") / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ncore_like._compat, "write_basic_selection", None)  # whole chunks: never zarr-python's writes
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        array = root.create_empty_array("x", shape=shape, dtype="<i4", chunks=chunks, compression=compression)
+        for index in rng.permutation(len(blocks)):
+            array.write(blocks[index], data[blocks[index]])
+        with pytest.raises(RecordExistsError):
+            array.write(blocks[0], data[blocks[0]])
+    assert our_records(path, "x") == zarr_python_records(zarr_format, "x", data, chunks, compression, {})
+
+
+@pytest.mark.parametrize("compression", [None, BloscCompression()], ids=["raw", "blosc"])
+def test_a_block_of_many_batches_with_one_chunk_written_already_writes_nothing(
+    tmp_path: Path, compression: BloscCompression | None
+) -> None:
+    """Blocks are written batch by batch (each laid out whole); a chunk written already in
+    the last batch must stop the write before the first batch reaches the file."""
+    values = np.random.default_rng(0).standard_normal((600, 1024)).astype(np.float32)  # 2.4 MB of rows
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        array = store.create_root_group({}).create_empty_array(
+            "x", shape=values.shape, dtype="f4", chunks=(1, 1024), compression=compression
+        )
+        array.write(599, values[599])
+        records = len(store.archive)
+        with pytest.raises(RecordExistsError, match=r"x/599\.0"):
+            array.write(slice(0, 600), values)
+        assert len(store.archive) == records
+        array.write(slice(0, 599), values[:599])  # none of them was written
+        store.consolidate()
+    np.testing.assert_array_equal(IndexedTarZarrStore(path).open_root_group().array("x").read(), values)

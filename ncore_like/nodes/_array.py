@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
@@ -20,7 +21,7 @@ from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._documents import ChunkKeys, blob_layout, codecs_of, describe_codecs, dimension_names_of
 from ..store._metadata import ArrayView
 from ._compression import BloscCompression
-from ._encoding import Record, encode_chunk_batches, encode_chunks
+from ._encoding import Record, chunk_grid_shape, encode_chunk_batches, encode_chunks
 from ._node import Node
 from ._row_writer import RowWriter, row_writer
 
@@ -469,19 +470,23 @@ class Array(_ArrayNode):
         chunks: tuple[int, ...],
         fill_value: Any,
         compression: BloscCompression | None,
+        origin: tuple[int, ...] | None = None,
     ) -> None:
-        """Stores the chunk records of a new array as they are encoded (records of
+        """Stores the chunk records of ``values`` as they are encoded (records of
         uncompressed chunks straight from ``values``: they are written before this
-        returns). Small chunks go in batches; into an archive, each batch is laid out as
-        its tar members by the thread that encoded it (see :func:`pack_records`), so that
-        writing it takes a few calls, not a dozen per record."""
+        returns): a new array's, or (``origin``: the chunk coordinates of the first) a
+        block of whole chunks whose records don't exist yet. Small chunks go in batches;
+        into an archive, each batch is laid out as its tar members by the thread that
+        encoded it (see :func:`pack_records`), so that writing it takes a few calls, not a
+        dozen per record."""
         store = self._record_store()
         chunk_bytes = math.prod(chunks) * values.dtype.itemsize
+        origin = origin if origin is not None else (0,) * values.ndim
         if is_itar_zarr_store(store) and chunk_bytes < _WRITE_BATCH_BYTES:
             from ..archive._writer import pack_records  # writers only
 
             checksums = store.archive.has_checksums
-            keys = self._batch_keys(values.shape, chunks)
+            keys = self._batch_keys(values.shape, chunks, origin)
 
             def pack(coords: list[tuple[int, ...]], records: list[Record]) -> PackedRecords:
                 return pack_records(keys(coords), records, checksums=checksums)
@@ -495,8 +500,9 @@ class Array(_ArrayNode):
             return
         batch: list[tuple[str, Record]] = []
         size = 0
+        key = self._batch_keys(values.shape, chunks, origin)
         for coords, record in encode_chunks(values, chunks, fill_value, compression, copy=False):
-            batch.append((self._chunk_key(coords), record))
+            batch.append((key([coords])[0], record))
             size += len(record)
             if size >= _WRITE_BATCH_BYTES or len(batch) >= _WRITE_BATCH_RECORDS:
                 _compat.write_records(store, batch)
@@ -505,22 +511,26 @@ class Array(_ArrayNode):
             _compat.write_records(store, batch)
 
     def _batch_keys(
-        self, shape: tuple[int, ...], chunks: tuple[int, ...]
+        self, shape: tuple[int, ...], chunks: tuple[int, ...], origin: tuple[int, ...]
     ) -> Callable[[list[tuple[int, ...]]], list[str]]:
-        """The keys of a batch of chunks in C order: where the chunk grid has one chunk across
-        every dimension but the first, a run of first-axis indices (~4x faster than a key
-        made from each chunk's coordinates)."""
+        """The keys of a batch of chunks in C order of a block of ``shape`` whose first chunk
+        is at ``origin``: where the block is one chunk across every dimension but the first,
+        at the first chunk of each, a run of first-axis indices (~4x faster than a key made
+        from each chunk's coordinates)."""
         view = self._view
         chunk_key = view.chunk_key if isinstance(view, ArrayView) else None
         if (
             isinstance(chunk_key, ChunkKeys)
             and shape
+            and not any(origin[1:])
             and all(size <= chunk for size, chunk in zip(shape[1:], chunks[1:], strict=True))
         ):
-            row_key = chunk_key.first_axis(len(shape))
-            return lambda coords: list(map(row_key, range(coords[0][0], coords[-1][0] + 1)))
+            row_key, first = chunk_key.first_axis(len(shape)), origin[0]
+            return lambda coords: list(map(row_key, range(first + coords[0][0], first + coords[-1][0] + 1)))
         key = self._chunk_key
-        return lambda coords: list(map(key, coords))
+        if not any(origin):
+            return lambda coords: list(map(key, coords))
+        return lambda coords: [key(tuple(map(sum, zip(origin, each, strict=True)))) for each in coords]
 
     def _write_chunk_records(self, records: Sequence[tuple[tuple[int, ...], bytes | memoryview]]) -> None:
         """Stores chunk records; in an archive, chunks written already are found before
@@ -617,11 +627,13 @@ class Array(_ArrayNode):
         region, data_shape = blocks
         block_shape = tuple(item.stop - item.start for item in region)
         values = np.broadcast_to(np.asarray(data, dtype=writer.dtype), data_shape).reshape(block_shape)
-        first = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
-        # Encoded on the worker pool in batches of small chunks (see encode_chunks).
-        self._write_chunk_records(
-            [
-                (tuple(f + c for f, c in zip(first, coords, strict=True)), record)
-                for coords, record in encode_chunks(values, writer.chunks, writer.fill_value, writer.compression)
-            ]
-        )
+        origin = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
+        if self._write_once():  # chunks written already are found before anything is written
+            store = self._record_store()
+            grid = chunk_grid_shape(block_shape, writer.chunks)
+            keys = self._batch_keys(block_shape, writer.chunks, origin)(list(itertools.product(*map(range, grid))))
+            for key in keys:
+                if _compat.record_exists(store, key):
+                    raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
+        # Encoded as a new array's chunks are (batches on the worker pool, packed records).
+        self._write_new_chunks(values, writer.chunks, writer.fill_value, writer.compression, origin)
