@@ -359,6 +359,62 @@ def test_rows_written_one_by_one_are_what_zarr_python_stores(
     assert our_records(path, "x") == zarr_python_records(zarr_format, "x", data, (1, *row_shape), compression, {})
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    zarr_format=st.sampled_from(zarr_api.WRITABLE_FORMATS),
+    dtype=st.sampled_from(DTYPES),
+    compression=st.sampled_from(COMPRESSIONS),
+    row_shape=st.lists(st.integers(1, 4), min_size=0, max_size=2).map(tuple),
+    windows=st.lists(st.integers(1, 32), min_size=1, max_size=6),
+    as_tuple=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_short_windows_of_rows_are_what_zarr_python_stores(
+    tmp_path_factory: pytest.TempPathFactory, zarr_format: int, dtype: str, compression: BloscCompression | None,
+    row_shape: tuple[int, ...], windows: list[int], as_tuple: bool, seed: int,
+) -> None:  # fmt: skip
+    """``arr.write(slice(t, t + k), rows)`` of up to 32 rows goes through the row writer."""
+    rows = sum(windows)
+    data = np.random.default_rng(seed).integers(0, 50, size=(rows, *row_shape)).astype(dtype)
+    starts = np.cumsum([0, *windows[:-1]])
+    path = tmp_path_factory.mktemp("w") / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store, pytest.MonkeyPatch.context() as patch:
+        _no_general_path(patch)
+        root = store.create_root_group({}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        array = root.create_empty_array(
+            "x", shape=data.shape, dtype=dtype, chunks=(1, *row_shape), compression=compression
+        )
+        for index in np.random.default_rng(seed).permutation(len(windows)):  # in any order
+            window = slice(int(starts[index]), int(starts[index]) + windows[index])
+            array.write((window, ...) if as_tuple else window, data[window])
+    assert our_records(path, "x") == zarr_python_records(zarr_format, "x", data, (1, *row_shape), compression, {})
+
+
+def test_windows_of_rows_the_row_writer_leaves_keep_their_results(tmp_path: Path) -> None:
+    """A window over a row written already is refused whole; windows of more than 32 rows,
+    of another step, or of data to broadcast take the general path."""
+    values = np.arange(100 * 3, dtype="i4").reshape(100, 3)
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        array = store.create_root_group({}).create_empty_array("x", shape=values.shape, dtype="i4", chunks=(1, 3))
+        array.write(5, values[5])
+        records = len(store.archive)
+        with pytest.raises(RecordExistsError, match=r"x/5\.0"):
+            array.write(slice(0, 8), values[:8])
+        assert len(store.archive) == records  # rows 0-4 were not written either
+        array.write(slice(0, 5), values[:5])
+        array.write(slice(6, 50), values[6:50])  # 44 rows
+        with pytest.raises(ValueError, match="unit-step"):
+            array.write(slice(50, 60, 2), values[50:60:2])
+        array.write(slice(50, 60), values[50, 0])  # a scalar broadcast over the window
+        array.write(slice(60, -10), values[60:90])
+        array.write(slice(-10, None), values[-10:])
+        store.consolidate()
+    expected = values.copy()
+    expected[50:60] = values[50, 0]
+    np.testing.assert_array_equal(IndexedTarZarrStore(path).open_root_group().array("x").read(), expected)
+
+
 @pytest.mark.parametrize("compression", [None, BloscCompression()], ids=["raw", "blosc"])
 def test_a_row_written_again_is_refused_and_changes_nothing(
     tmp_path: Path, compression: BloscCompression | None

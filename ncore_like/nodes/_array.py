@@ -408,7 +408,8 @@ class Array(_ArrayNode):
         """
         if self.read_only:
             raise ReadOnlyError(f"{self._where()}: store is opened for reading, can't write")
-        # One row of an array chunked by rows first, as reads take it (the same index forms).
+        # One row, or a short window of rows, of an array chunked by rows first, as reads
+        # take them (the same index forms).
         rows = self._row_writes()
         if rows is not None:
             index = selection
@@ -416,7 +417,7 @@ class Array(_ArrayNode):
                 index = int(index) if type(index) in NUMPY_INTEGERS else canonical(index)
                 if type(index) is tuple:
                     index = first_axis(index, self.ndim)
-            if type(index) is int and rows(index, data):
+            if type(index) in (int, slice) and rows(index, data):
                 return
         selection = canonical(selection)
         if not is_basic(selection):

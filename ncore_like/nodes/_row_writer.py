@@ -21,10 +21,15 @@ from ._compression import BloscCompression
 
 __all__ = ["RowWriter", "row_writer"]
 
-#: ``write_row(index, data)``: True once the row is stored; False where the general path
-#: must decide (an index out of bounds, data that isn't the row's shape: broadcasting and
-#: errors stay there).
-RowWriter = Callable[[int, Any], bool]
+#: ``write_rows(index or window, data)``: True once the row, or the rows of a window
+#: ``slice(start, stop)`` of at most ``_WINDOW_ROWS``, are stored; False where the general
+#: path must decide (an index out of bounds, data that isn't the rows' shape: broadcasting
+#: and errors stay there).
+RowWriter = Callable[[int | slice, Any], bool]
+
+#: Windows of at most this many rows are written row by row (~18 us a 4 KB Blosc row);
+#: larger blocks take the general path, whose batches cost less a row from about there.
+_WINDOW_ROWS = 32
 
 
 def row_writer(
@@ -48,22 +53,30 @@ def row_writer(
     compress = None if c is None else blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, dtype.itemsize)
     asarray, uint8 = np.asarray, np.uint8
 
-    def write_row(index: int, data: Any) -> bool:
-        if index < 0:
-            index += rows
-        if not 0 <= index < rows:
-            return False
+    def write_rows(selection: int | slice, data: Any) -> bool:
+        if type(selection) is int:
+            start = selection + rows if selection < 0 else selection
+            stop, shape_given = start + 1, row_shape
+            if not 0 <= start < rows:
+                return False
+        else:
+            start, stop, step = selection.indices(rows)  # type: ignore[union-attr]
+            if step != 1 or not 0 < stop - start <= _WINDOW_ROWS:
+                return False
+            shape_given = (stop - start, *row_shape)
         values = asarray(data, dtype)  # cast as the general path casts
-        if values.shape != row_shape:
+        if values.shape != shape_given:
             return False
-        raw = (values if values.flags.c_contiguous else values.copy()).reshape(-1).view(uint8)
-        key = row_key(index)
+        keys = list(map(row_key, range(start, stop)))
         # Looked up before anything is encoded or written: a rejected write changes nothing.
-        if contains(key):
-            raise RecordExistsError(key, f"{where}: chunk record {key!r} exists already")
-        # Uncompressed rows go as a view: the archive has them in its buffer or file when
+        for key in keys:
+            if contains(key):
+                raise RecordExistsError(key, f"{where}: chunk record {key!r} exists already")
+        raw = (values if values.flags.c_contiguous else values.copy()).reshape(len(keys), -1).view(uint8)
+        # Uncompressed rows go as views: the archive has them in its buffer or file when
         # ``store`` returns, before the caller can change the values.
-        store(key, memoryview(raw) if compress is None else compress(raw))  # type: ignore[arg-type]
+        for key, row in zip(keys, raw, strict=True):
+            store(key, memoryview(row) if compress is None else compress(row))  # type: ignore[arg-type]
         return True
 
-    return write_row
+    return write_rows
