@@ -501,12 +501,22 @@ def bench_frames(run: bench.Run[Config]) -> list[Row]:
     nbytes = sum(frame.nbytes for frame in frames)
     ours_path, raw_path, h5_path = run.tmp / "frames.itar", run.tmp / "frames.bin", run.tmp / "frames.h5"
 
+    phases: dict[str, list[float]] = {}
+
     def ours(durable: bool = True) -> None:
-        with IndexedTarZarrStore(ours_path, mode="w", durable=durable) as store:
+        # The phases of a durable write, timed inside it: the writes, then the close (the
+        # index, the fsyncs), to show where a slow run lost its time.
+        start = time.perf_counter()
+        store = IndexedTarZarrStore(ours_path, mode="w", durable=durable)
+        with store:
             group = store.create_root_group({}).create_group("frames")
             for index, frame in enumerate(frames):
                 group.create_array(f"{index:05d}", frame, chunks="single", compression=None, attributes={"t": index})
             store.consolidate()
+            written = time.perf_counter()
+        if durable:
+            phases.setdefault("writes", []).append(written - start)
+            phases.setdefault("close", []).append(time.perf_counter() - written)
 
     def raw_durable() -> None:
         write_raw(raw_path, frames)  # and fsync
@@ -532,13 +542,20 @@ def bench_frames(run: bench.Run[Config]) -> list[Row]:
     ours()  # warm-up, and a check of what was written
     check = IndexedTarZarrStore(ours_path).open_root_group().group("frames")
     np.testing.assert_array_equal(check.array(f"{len(frames) - 1:05d}").read(), frames[-1])
+    phases.clear()
     times = median_times(functions, config.write_repeats, after=unlink_all(ours_path, raw_path, h5_path), isolate=True)
     low, high = config.frame_low / 1e3, config.frame_high / 1e3
     what = f"{len(frames)} frames of {low:.0f}-{high:.0f} KB, {nbytes / MB:.0f} MB"
     measure = f"create_array(frame, chunks='single', compression=None, attributes=...) x {what}"
     timings = bench.Timings({name: [seconds] for name, seconds in times.items()})
+    durable = throughput_row("4 frames", measure + " vs write + fsync", timings, "ours", "write_fsync", nbytes, 0.8)
+    durable.detail += "; durable: writes {} + close {} (medians; each run: {})".format(
+        ms(statistics.median(phases["writes"])),
+        ms(statistics.median(phases["close"])),
+        ", ".join(f"{w * 1e3:.0f}+{c * 1e3:.0f}" for w, c in zip(phases["writes"], phases["close"], strict=True)),
+    )
     rows = [
-        throughput_row("4 frames", measure + " vs write + fsync", timings, "ours", "write_fsync", nbytes, 0.8),
+        durable,
         peer_row("4 frames", "plain os.write, no fsync", times["write_fsync"] / times["write"],
                  "throughput write/write_fsync", f"write {ms(times['write'])} ({gbs(nbytes, times['write'])})"),
     ]  # fmt: skip
