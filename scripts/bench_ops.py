@@ -19,6 +19,9 @@ Workloads:
    consolidate, close) against ``os.write`` of the same bytes and ``fsync`` of the file and
    its folder (closing an archive syncs both). Target: >= 0.8 x that throughput; with
    ``durable=False`` (no fsync) >= h5py's (which syncs nothing).
+4b. ``small-arrays``: 2,000 arrays of 64 B - 4 KB (labels of a frame each), one
+   ``create_array`` each with attributes, consolidate, close; durable and not, against h5py
+   doing the same (context: what a node costs).
 5. ``volume``: ``create_array("volume", data, chunks=(1, 1024, 1024),
    compression=BloscCompression())`` of a 268 MB float32 volume in a new archive against the
    Blosc encode limit on 2 threads (``numcodecs.blosc.compress`` of the same chunks, nothing
@@ -105,6 +108,7 @@ class Config:
     write_repeats: int = 5
     volume_shape: tuple[int, int, int] = (64, 1024, 1024)
     row_writes: int = 20_000
+    small_arrays: int = 2000
     import_rounds: int = 15
     cli_records: int = 10_000
     seed: int = 0
@@ -116,7 +120,8 @@ def configure(args: argparse.Namespace) -> Config:
     return Config(
         frames=40, frame_high=600_000, records=2000, pack_mb=40,
         lookups=300, rows=2000, row_reads=500, sweeps=40, batches=10, repeats=3, write_repeats=2,
-        volume_shape=(8, 1024, 1024), row_writes=2000, import_rounds=3, cli_records=1000, seed=args.seed,
+        volume_shape=(8, 1024, 1024), row_writes=2000, small_arrays=200, import_rounds=3, cli_records=1000,
+        seed=args.seed,
     )  # fmt: skip
 
 
@@ -571,6 +576,51 @@ def bench_frames(run: bench.Run[Config]) -> list[Row]:
                              times["write_fsync"] / seconds, "throughput reference/write_fsync",
                              f"reference {ms(seconds)} ({gbs(nbytes, seconds)})"))  # fmt: skip
     return rows
+
+
+def bench_small_arrays(run: bench.Run[Config]) -> list[Row]:
+    """Many small arrays, one per frame (labels, boxes, a few hundred bytes to a few KB),
+    each ``create_array(...)`` with attributes: what it costs a node, not a byte."""
+    config, rng = run.config, run.generator
+    lengths = rng.integers(32, 2049, size=config.small_arrays)
+    arrays = [rng.integers(-1, 80, size=int(length)).astype(np.int16) for length in lengths]
+    path, h5_path = run.tmp / "labels.itar", run.tmp / "labels.h5"
+
+    def ours(durable: bool = True) -> None:
+        with IndexedTarZarrStore(path, mode="w", durable=durable) as store:
+            group = store.create_root_group({}).create_group("labels")
+            for index, values in enumerate(arrays):
+                group.create_array(f"{index:05d}", values, compression=None, attributes={"t": index})
+            store.consolidate()
+
+    functions: dict[str, Callable[[], object]] = {"ours": ours, "ours_not_durable": lambda: ours(durable=False)}
+    modules = h5py_modules()
+    if modules is not None:
+        h5py = modules[0]
+
+        def h5() -> None:  # no fsync: h5py's users don't get one
+            with h5py.File(h5_path, "w") as file:
+                group = file.create_group("labels")
+                for index, values in enumerate(arrays):
+                    group.create_dataset(f"{index:05d}", data=values).attrs["t"] = index
+
+        functions["h5py"] = h5
+    ours()  # warm-up, and a check of what was written
+    check = IndexedTarZarrStore(path).open_root_group().group("labels")
+    np.testing.assert_array_equal(check.array(f"{len(arrays) - 1:05d}").read(), arrays[-1])
+    times = median_times(functions, config.write_repeats, after=unlink_all(path, h5_path), isolate=True)
+    count = len(arrays)
+    rates = ", ".join(f"{name} {us(seconds / count)} per array" for name, seconds in times.items())
+    measure = f"create_array(labels, compression=None, attributes=...) x {count} arrays of 64 B - 4 KB"
+    if "h5py" not in times:
+        return [Row("4b small arrays", measure, None, "arrays/s", "(needs h5py)", None, {}, rates)]
+    raw = {f"{name}_s": seconds for name, seconds in times.items()}
+    return [
+        Row("4b small arrays", measure + ", durable=False vs h5py (no fsync)",
+            times["h5py"] / times["ours_not_durable"], "arrays/s ours_not_durable/h5py", "info", None, raw, rates),
+        Row("4b small arrays", "the same, durable close (fsync) vs h5py (no fsync)", times["h5py"] / times["ours"],
+            "arrays/s ours/h5py", "info", None, raw, rates),
+    ]  # fmt: skip
 
 
 def bench_row_array(run: bench.Run[Config]) -> list[Row]:
@@ -1031,9 +1081,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return bench.run_benchmark(
         "bench_ops", __doc__,
         {"lookup": bench_lookup, "row": bench_row, "batch": bench_batch, "frames": bench_frames,
-         "volume": bench_volume, "row-array": bench_row_array, "row-writes": bench_row_writes,
-         "records": bench_records, "pack": bench_pack, "imports": bench_imports, "fresh": bench_fresh,
-         "cli": bench_cli},
+         "small-arrays": bench_small_arrays, "volume": bench_volume, "row-array": bench_row_array,
+         "row-writes": bench_row_writes, "records": bench_records, "pack": bench_pack, "imports": bench_imports,
+         "fresh": bench_fresh, "cli": bench_cli},
         configure, argv=argv, quick_help="small, fast run (smoke test)", seed_help="random seed (data, picks)",
         notes=NOTES, other_versions=peer_versions(),
     )  # fmt: skip

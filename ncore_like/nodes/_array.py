@@ -21,7 +21,7 @@ from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._documents import ChunkKeys, blob_layout, codecs_of, describe_codecs, dimension_names_of
 from ..store._metadata import ArrayView
 from ._compression import BloscCompression
-from ._encoding import Record, chunk_grid_shape, encode_chunk_batches, encode_chunks
+from ._encoding import Record, chunk_grid_shape, encode_chunk, encode_chunk_batches, encode_chunks
 from ._node import Node
 from ._row_writer import RowWriter, row_writer
 
@@ -481,8 +481,12 @@ class Array(_ArrayNode):
         encoded it (see :func:`pack_records`), so that writing it takes a few calls, not a
         dozen per record."""
         store = self._record_store()
-        chunk_bytes = math.prod(chunks) * values.dtype.itemsize
         origin = origin if origin is not None else (0,) * values.ndim
+        if values.shape == chunks:  # one whole chunk (a frame, an image): no batches to plan
+            record = encode_chunk(values, chunks, fill_value, compression, copy=False)
+            _compat.write_records(store, [(self._chunk_key(origin), record)])
+            return
+        chunk_bytes = math.prod(chunks) * values.dtype.itemsize
         if is_itar_zarr_store(store) and chunk_bytes < _WRITE_BATCH_BYTES:
             from ..archive._writer import pack_records  # writers only
 
