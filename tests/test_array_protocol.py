@@ -119,3 +119,33 @@ def test_blobs_keep_their_trailing_nuls_on_every_store(tmp_path: Path, zarr_form
     for array in arrays:
         assert array.read_bytes() == BLOB, (kind, array.path)
         assert np.asarray(array).tobytes() == BLOB
+
+
+# -- a store holds the values as they were when written ---------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["archive", "memory", "directory"])
+def test_stored_values_do_not_follow_later_changes_of_the_callers_arrays(tmp_path: Path, kind: str) -> None:
+    """Uncompressed chunks are handed to stores without a copy where the store writes them
+    at once; a store that keeps what it is given (zarr-python's ``MemoryStore``) must not
+    end up holding the caller's array, which a recorder reuses for the next frame."""
+    store = blob_stores(tmp_path)[kind]
+    root = store.create_root_group({})
+    frame = np.arange(12, dtype="i4")
+    rows = np.arange(20, dtype="i4").reshape(4, 5)
+    expected = {"frame": frame.copy(), "rows": rows.copy(), "filled": rows.copy(), "by_row": rows.copy()}
+    root.create_array("frame", frame, compression=None)  # one chunk
+    root.create_array("rows", rows, chunks=(1, 5), compression=None)  # chunks of rows
+    filled = root.create_empty_array("filled", shape=(4, 5), dtype="i4", chunks=(2, 5), compression=None)
+    filled.write(..., rows)  # whole chunks
+    by_row = root.create_empty_array("by_row", shape=(4, 5), dtype="i4", chunks=(1, 5), compression=None)
+    for index in range(4):
+        by_row.write(index, rows[index])
+    frame[:] = -1
+    rows[:] = -1
+    if kind == "archive":
+        store.consolidate()
+        store.close()
+        root = IndexedTarZarrStore(tmp_path / "b.itar").open_root_group()
+    for name, values in expected.items():
+        np.testing.assert_array_equal(root.array(name).read(), values, err_msg=f"{kind}: {name}")

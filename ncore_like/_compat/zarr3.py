@@ -609,12 +609,15 @@ def array_document(array: ZarrArray) -> dict[str, Any]:
 
 
 def write_record(store: ZarrStore, key: str, data: bytes | memoryview) -> None:
-    """Stores one record (synchronously where the store can, else on zarr's loop; a
-    memoryview is stored without a copy)."""
+    """Stores one record (synchronously where the store can, else on zarr's loop). A
+    memoryview (e.g. of the caller's values) is stored without a copy by this project's
+    stores, which write it before returning; other stores get a copy, since some keep what
+    they are given (a ``MemoryStore`` would otherwise change with the caller's array)."""
     if isinstance(store, SyncZarrStore):
         store.set_bytes_sync(key, data)
     else:
-        run_zarr(store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+        owned = bytes(data) if isinstance(data, memoryview) else data
+        run_zarr(store.set(key, default_buffer_prototype().buffer.from_bytes(owned)))
 
 
 def write_records(store: ZarrStore, items: Sequence[tuple[str, bytes | memoryview]]) -> None:
