@@ -499,6 +499,17 @@ def fsync_folder(path: Path) -> None:
         os.close(fd)
 
 
+def h5py_arrays(path: Path, name: str, arrays: Sequence[np.ndarray[Any, Any]]) -> None:
+    """h5py's side of writing arrays one by one: a dataset each, with an attribute ``t``, in
+    group ``name`` of a new file; no fsync (h5py's users don't get one)."""
+    modules = h5py_modules()
+    assert modules is not None
+    with modules[0].File(path, "w") as file:
+        group = file.create_group(name)
+        for index, values in enumerate(arrays):
+            group.create_dataset(f"{index:05d}", data=values).attrs["t"] = index
+
+
 def bench_frames(run: bench.Run[Config]) -> list[Row]:
     config, rng = run.config, run.generator
     sizes = rng.integers(config.frame_low, config.frame_high + 1, size=config.frames)
@@ -533,17 +544,8 @@ def bench_frames(run: bench.Run[Config]) -> list[Row]:
         "write_fsync": raw_durable,
         "write": lambda: write_raw(raw_path, frames, sync=False),
     }
-    modules = h5py_modules()
-    if modules is not None:
-        h5py = modules[0]
-
-        def h5() -> None:  # no fsync: h5py's users don't get one
-            with h5py.File(h5_path, "w") as file:
-                group = file.create_group("frames")
-                for index, frame in enumerate(frames):
-                    group.create_dataset(f"{index:05d}", data=frame).attrs["t"] = index
-
-        functions["h5py"] = h5
+    if h5py_modules() is not None:
+        functions["h5py"] = lambda: h5py_arrays(h5_path, "frames", frames)
     ours()  # warm-up, and a check of what was written
     check = IndexedTarZarrStore(ours_path).open_root_group().group("frames")
     np.testing.assert_array_equal(check.array(f"{len(frames) - 1:05d}").read(), frames[-1])
@@ -594,17 +596,8 @@ def bench_small_arrays(run: bench.Run[Config]) -> list[Row]:
             store.consolidate()
 
     functions: dict[str, Callable[[], object]] = {"ours": ours, "ours_not_durable": lambda: ours(durable=False)}
-    modules = h5py_modules()
-    if modules is not None:
-        h5py = modules[0]
-
-        def h5() -> None:  # no fsync: h5py's users don't get one
-            with h5py.File(h5_path, "w") as file:
-                group = file.create_group("labels")
-                for index, values in enumerate(arrays):
-                    group.create_dataset(f"{index:05d}", data=values).attrs["t"] = index
-
-        functions["h5py"] = h5
+    if h5py_modules() is not None:
+        functions["h5py"] = lambda: h5py_arrays(h5_path, "labels", arrays)
     ours()  # warm-up, and a check of what was written
     check = IndexedTarZarrStore(path).open_root_group().group("labels")
     np.testing.assert_array_equal(check.array(f"{len(arrays) - 1:05d}").read(), arrays[-1])
