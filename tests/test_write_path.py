@@ -532,3 +532,27 @@ def test_a_block_of_many_batches_with_one_chunk_written_already_writes_nothing(
         array.write(slice(0, 599), values[:599])  # none of them was written
         store.consolidate()
     np.testing.assert_array_equal(IndexedTarZarrStore(path).open_root_group().array("x").read(), values)
+
+
+@pytest.mark.parametrize(
+    ("selection", "data", "error", "problem"),
+    [
+        (0, "abc", ValueError, "could not convert string to float"),
+        (0, [1.0, 2.0], ValueError, r"data of shape \(2,\) doesn't broadcast to the selection's shape \(3,\)"),
+        (slice(0, 4), np.ones((3, 3)), ValueError, r"shape \(3, 3\) doesn't broadcast .* \(4, 3\)"),
+        (20, [1.0, 2.0, 3.0], IndexError, "out of bounds"),
+        (slice(0, 4, 2), 1.0, ValueError, "writes take basic selections"),
+        (0, {"a": 1}, TypeError, "float"),
+    ],
+    ids=["text", "short row", "short block", "out of bounds", "a step", "a dict"],
+)
+def test_a_bad_write_names_the_array_and_the_file_and_writes_nothing(
+    tmp_path: Path, selection: Any, data: Any, error: type[Exception], problem: str
+) -> None:
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        array = store.create_root_group({}).create_empty_array("poses", shape=(10, 3), dtype="f4", chunks=(1, 3))
+        records = len(store.archive)
+        with pytest.raises(error, match=rf"array 'poses' of .*a\.itar: .*{problem}"):
+            array.write(selection, data)
+        assert len(store.archive) == records

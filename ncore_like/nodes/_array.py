@@ -16,7 +16,7 @@ from .._defaults import PACKED_BATCH_BYTES
 from ..archive import IndexedTarArchive
 from ..backend import ArrayState, Backend, is_blob as backend_is_blob
 from ..backend._selection import NUMPY_INTEGERS, canonical, expanded, first_axis, is_basic
-from ..errors import ReadOnlyError, RecordExistsError
+from ..errors import NcoreLikeError, ReadOnlyError, RecordExistsError
 from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._documents import ChunkKeys, blob_layout, codecs_of, describe_codecs, dimension_names_of
 from ..store._metadata import ArrayView
@@ -41,6 +41,8 @@ NDArray = np.ndarray[Any, Any]
 
 #: Errors of invalid selections, re-raised with the array and its store named.
 _SELECTION_ERRORS = (IndexError, TypeError)
+#: Errors of writes (a selection, data that doesn't fit it), re-raised so too.
+_WRITE_ERRORS = (IndexError, TypeError, ValueError)
 #: A batch of new chunk records goes to the store when it holds this many bytes or records
 #: (large records go alone: batching only saves per-record Python work).
 _WRITE_BATCH_BYTES = 256 << 10
@@ -403,9 +405,22 @@ class Array(_ArrayNode):
 
         Raises:
             RecordExistsError: For chunks of an archive written already (a ValueError).
-            ValueError: For other selections, and arrays of stores opened for reading
-                (checked before anything is written).
+            ValueError: For other selections, data that doesn't broadcast to the selection,
+                and arrays of stores opened for reading (checked before anything is
+                written); like the IndexError of an index out of bounds and the TypeError
+                of data of another kind, it names the array and its store.
         """
+        try:
+            self._write(selection, data)
+        except _WRITE_ERRORS as error:
+            if isinstance(error, NcoreLikeError):  # names its archive already
+                raise
+            named = _named(error, self._where())
+            if named is error:
+                raise
+            raise named from error
+
+    def _write(self, selection: Selection, data: npt.ArrayLike) -> None:
         if self.read_only:
             raise ReadOnlyError(f"{self._where()}: store is opened for reading, can't write")
         # One row, or a short window of rows, of an array chunked by rows first, as reads
@@ -421,10 +436,7 @@ class Array(_ArrayNode):
                 return
         selection = canonical(selection)
         if not is_basic(selection):
-            raise ValueError(
-                f"array {self.path!r}: writes take basic selections (ints, unit-step slices, Ellipsis), "
-                f"got {selection!r}"
-            )
+            raise ValueError(f"writes take basic selections (ints, unit-step slices, Ellipsis), got {selection!r}")
         blocks = self._whole_chunks(selection)
         if blocks is not None:
             self._write_whole_chunks(blocks, data)
@@ -631,7 +643,13 @@ class Array(_ArrayNode):
         assert writer is not None
         region, data_shape = blocks
         block_shape = tuple(item.stop - item.start for item in region)
-        values = np.broadcast_to(np.asarray(data, dtype=writer.dtype), data_shape).reshape(block_shape)
+        given = np.asarray(data, dtype=writer.dtype)
+        try:
+            values = np.broadcast_to(given, data_shape).reshape(block_shape)
+        except ValueError:
+            raise ValueError(
+                f"data of shape {given.shape} doesn't broadcast to the selection's shape {data_shape}"
+            ) from None
         origin = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
         if self._write_once():  # chunks written already are found before anything is written
             store = self._record_store()
