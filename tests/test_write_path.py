@@ -556,3 +556,92 @@ def test_a_bad_write_names_the_array_and_the_file_and_writes_nothing(
         with pytest.raises(error, match=rf"array 'poses' of .*a\.itar: .*{problem}"):
             array.write(selection, data)
         assert len(store.archive) == records
+
+
+# -- attributes with numpy values, and what JSON can't hold -----------------------------------
+
+NUMPY_ATTRIBUTES = {
+    "t": np.float64(1.5),
+    "f32": np.float32(0.1),
+    "count": np.int64(-3),
+    "u8": np.uint8(200),
+    "flag": np.bool_(True),
+    "name": np.str_("front"),
+    "pose": np.arange(7, dtype=np.float64) / 3,
+    "matrix": np.eye(3, dtype=np.float32),
+    "ids": np.array([1, 2, 3], dtype=np.int32),
+    "nested": {"limits": (np.int16(-1), np.int16(1)), "list": [np.float16(0.5), np.arange(2)]},
+}
+
+
+def _python_values(value: Any) -> Any:
+    """What numpy's own conversions make of ``value`` (the expected stored attributes)."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {key: _python_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_python_values(item) for item in value]
+    return value
+
+
+@pytest.mark.parametrize("zarr_format", zarr_api.WRITABLE_FORMATS)
+def test_numpy_attribute_values_are_stored_as_their_python_values(tmp_path: Path, zarr_format: int) -> None:
+    expected = _python_values(NUMPY_ATTRIBUTES)
+    data = np.arange(6, dtype="<i4")
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group(NUMPY_ATTRIBUTES, zarr_format=zarr_format)  # type: ignore[arg-type]
+        group = root.create_group("seq", attributes=NUMPY_ATTRIBUTES)
+        array = group.create_array("x", data, compression=None, attributes=NUMPY_ATTRIBUTES)
+        assert dict(array.attributes) == expected  # as the writing session sees them
+        store.consolidate()
+    assert our_records(path, "seq/x") == {
+        f"seq/{key}": value for key, value in zarr_python_records(zarr_format, "x", data, (6,), None, expected).items()
+    }
+    reopened = IndexedTarZarrStore(path).open_root_group()
+    for node in (reopened, reopened.group("seq"), reopened.array("seq/x")):
+        assert dict(node.attributes) == expected
+
+
+@pytest.mark.parametrize(
+    ("attributes", "problem"),
+    [
+        ({"tags": {"a", "b"}}, r"attribute\['tags'\] is a set"),
+        ({"x": {"deep": [1, b"raw"]}}, r"attribute\['x'\]\['deep'\]\[1\] is a bytes"),
+        ({"when": np.datetime64("2026-01-01")}, r"attribute\['when'\] is a datetime.date"),
+        ({"x": {(1, 2): 3}}, r"key \(1, 2\) of attribute\['x'\] is a tuple"),
+        ({"z": 1j}, r"attribute\['z'\] is a complex"),
+    ],
+    ids=["set", "bytes", "datetime", "tuple key", "complex"],
+)
+def test_attributes_json_cant_hold_are_refused_with_their_place_named(
+    tmp_path: Path, attributes: dict[str, Any], problem: str
+) -> None:
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({})
+        records = len(store.archive)
+        creations = {
+            "array 'x'": lambda: root.create_array("x", np.zeros(3), attributes=attributes),
+            "array 'e'": lambda: root.create_empty_array(
+                "e", shape=(3,), dtype="f4", chunks=(3,), attributes=attributes
+            ),
+            "group 'g/h'": lambda: root.create_group("g/h", attributes=attributes),
+        }
+        for node, create in creations.items():
+            with pytest.raises(TypeError, match=rf"{node} of .*a\.itar: attributes must be JSON: {problem}"):
+                create()
+        with pytest.raises(TypeError, match=rf"root group of .*b\.itar: attributes must be JSON: {problem}"):
+            IndexedTarZarrStore(tmp_path / "b.itar", mode="w").create_root_group(attributes)
+        assert len(store.archive) == records and "x" not in root and "e" not in root
+
+
+def test_create_array_errors_name_the_array(tmp_path: Path) -> None:
+    with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+        group = store.create_root_group({}).create_group("seq")
+        with pytest.raises(ValueError, match=r"array 'seq/ragged' of .*a\.itar: .*inhomogeneous"):
+            group.create_array("ragged", [[1, 2], [3]])
+        with pytest.raises(TypeError, match=r"array 'seq/x' of .*a\.itar: compression must be a BloscCompression"):
+            group.create_array("x", np.zeros(3), compression="lz4")  # type: ignore[arg-type]
+        assert group.members() == []

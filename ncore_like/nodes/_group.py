@@ -17,6 +17,7 @@ from ..errors import ReadOnlyError
 from ..store._documents import XARRAY_DIMENSIONS, GroupView
 from ..store._metadata import ArrayView, parse_node
 from ._array import Array
+from ._attributes import json_attributes
 from ._cache import NodeCache
 from ._compression import BloscCompression
 from ._encoding import (
@@ -224,9 +225,11 @@ class Group(_GroupNode):
         """Creates a member group (an error if a member of that name exists); a nested name
         (``"a/b"``) also creates the groups in between."""
         self._check_writable()
+        # Checked before the groups in between are created: a refused call creates nothing.
+        attrs = json_attributes(attributes, f"group {self._member_path(name.strip('/'))!r} of {self._where_store()}")
         parent_path, _, leaf = name.strip("/").rpartition("/")
         parent = self._required_path(parent_path)
-        created = _compat.create_subgroup(parent.zarr, leaf, dict(attributes or {}))
+        created = _compat.create_subgroup(parent.zarr, leaf, attrs)
         return Group(created, self._cache, self._store, self._backend)
 
     def _required_path(self, path: str) -> Group:
@@ -272,7 +275,11 @@ class Group(_GroupNode):
                 ``_ARRAY_DIMENSIONS`` attribute (strings only), as xarray writes them.
         """
         self._check_writable()
-        values, resolved = prepare_values(data, dtype, chunks, self.zarr_format)
+        try:
+            values, resolved = prepare_values(data, dtype, chunks, self.zarr_format)
+        except (TypeError, ValueError) as error:  # data numpy can't make an array of, chunks
+            where = f"array {self._member_path(name.strip('/'))!r} of {self._where_store()}"
+            raise type(error)(f"{where}: {error}") from error
         fill_value = default_fill_value(values.dtype)
         array = self._new_array(
             name, tuple(values.shape), values.dtype, resolved, compression, fill_value, attributes, dimension_names
@@ -297,12 +304,16 @@ class Group(_GroupNode):
         """Writes the node metadata of a new member array and returns it: as a view of the
         metadata written when the group belongs to a store (zarr-python's array is built only
         if something needs it), else wrapping zarr-python's array."""
+        # Checked before the groups in between are created: a refused call creates nothing.
+        where = f"array {self._member_path(name.strip('/'))!r} of {self._where_store()}"
+        if compression is not None and not isinstance(compression, BloscCompression):
+            raise TypeError(f"{where}: compression must be a BloscCompression or None, got {compression!r}")
+        attrs = json_attributes(attributes, where) or None
         parent_path, _, leaf = name.strip("/").rpartition("/")
         if parent_path:
             parent = self._required_path(parent_path)
-            return parent._new_array(leaf, shape, dtype, chunks, compression, fill_value, attributes, dimension_names)
+            return parent._new_array(leaf, shape, dtype, chunks, compression, fill_value, attrs, dimension_names)
         blosc = compression.to_numcodecs() if compression is not None else None
-        attrs = dict(attributes) if attributes else None
         names = self._checked_dimension_names(name, dimension_names, len(shape))
         if names is not None and self.zarr_format == 2:
             attrs, names = {**(attrs or {}), XARRAY_DIMENSIONS: list(names)}, None
@@ -314,6 +325,10 @@ class Group(_GroupNode):
             return Array(_compat.array_from_document(self.zarr.store, path, document), self._backend)
         view = parse_node(path, document, self.zarr_format, self._store.name)
         return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
+
+    def _member_path(self, name: str) -> str:
+        """The path of this group's member ``name`` in the hierarchy."""
+        return f"{self.path}/{name}" if self.path else name
 
     def _checked_dimension_names(
         self, name: str, names: Sequence[str | None] | None, ndim: int

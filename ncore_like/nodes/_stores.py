@@ -13,6 +13,7 @@ from typing import Any, Literal
 from .. import _compat
 from ..backend import Backend
 from ..store import _adapter, _base, _itar_store
+from ._attributes import json_attributes
 from ._group import Group
 
 __all__ = ["IndexedTarZarrStore", "Store", "ZarrStoreAdapter"]
@@ -36,7 +37,7 @@ class Store(_base.Store):
             zarr_format = _compat.check_zarr_format(zarr_format)
         except ValueError as error:
             raise ValueError(f"{self.name}: {error}") from None
-        root = self.create_zarr_root_group(dict(attributes or {}), zarr_format)
+        root = self.create_zarr_root_group(json_attributes(attributes, f"root group of {self.name}"), zarr_format)
         return Group(root, store=self, backend=backend if backend is not None else self.backend)
 
     def open_root_group(self, consolidated: _base.Consolidated = True, *, backend: Backend | None = None) -> Group:
