@@ -22,6 +22,9 @@ Workloads:
 4b. ``small-arrays``: 2,000 arrays of 64 B - 4 KB (labels of a frame each), one
    ``create_array`` each with attributes, consolidate, close; durable and not, against h5py
    doing the same (context: what a node costs).
+4c. ``blobs``: 1,000 encoded frames of 30-120 KB, ``create_bytes_array`` each (zarr format
+   2, a fixed-length bytes dtype per length) with an attribute; durable and not, against
+   h5py storing each as an opaque scalar (context).
 5. ``volume``: ``create_array("volume", data, chunks=(1, 1024, 1024),
    compression=BloscCompression())`` of a 268 MB float32 volume in a new archive against the
    Blosc encode limit on 2 threads (``numcodecs.blosc.compress`` of the same chunks, nothing
@@ -109,6 +112,7 @@ class Config:
     volume_shape: tuple[int, int, int] = (64, 1024, 1024)
     row_writes: int = 20_000
     small_arrays: int = 2000
+    blobs: int = 1000
     import_rounds: int = 15
     cli_records: int = 10_000
     seed: int = 0
@@ -120,7 +124,7 @@ def configure(args: argparse.Namespace) -> Config:
     return Config(
         frames=40, frame_high=600_000, records=2000, pack_mb=40,
         lookups=300, rows=2000, row_reads=500, sweeps=40, batches=10, repeats=3, write_repeats=2,
-        volume_shape=(8, 1024, 1024), row_writes=2000, small_arrays=200, import_rounds=3, cli_records=1000,
+        volume_shape=(8, 1024, 1024), row_writes=2000, small_arrays=200, blobs=100, import_rounds=3, cli_records=1000,
         seed=args.seed,
     )  # fmt: skip
 
@@ -623,6 +627,43 @@ def bench_small_arrays(run: bench.Run[Config]) -> list[Row]:
     ]  # fmt: skip
 
 
+def bench_blobs(run: bench.Run[Config]) -> list[Row]:
+    """Encoded camera frames (JPEG-like blobs of 30-120 KB) stored as the API's docs store
+    them, ``create_bytes_array`` each (zarr format 2, the default: a fixed-length bytes
+    dtype per length), with an attribute."""
+    config, rng = run.config, run.generator
+    lengths = rng.integers(30_000, 120_001, size=config.blobs)
+    blobs = [b"\xff\xd8" + rng.bytes(int(length) - 4) + b"\xff\xd9" for length in lengths]
+    path, h5_path = run.tmp / "blobs.itar", run.tmp / "blobs.h5"
+
+    def ours(durable: bool = True) -> None:
+        with IndexedTarZarrStore(path, mode="w", durable=durable) as store:
+            group = store.create_root_group({}).create_group("front")
+            for index, blob in enumerate(blobs):
+                group.create_bytes_array(f"{index:05d}", blob, attributes={"t": index})
+            store.consolidate()
+
+    functions: dict[str, Callable[[], object]] = {"ours": ours, "ours_not_durable": lambda: ours(durable=False)}
+    if h5py_modules() is not None:  # an opaque scalar each, as h5py stores bytes
+        functions["h5py"] = lambda: h5py_arrays(h5_path, "front", [np.void(blob) for blob in blobs])
+    ours()  # warm-up, and a check of what was written
+    check = IndexedTarZarrStore(path).open_root_group().group("front")
+    assert check.array(f"{len(blobs) - 1:05d}").read_bytes() == blobs[-1]
+    times = median_times(functions, config.write_repeats, after=unlink_all(path, h5_path), isolate=True)
+    count = len(blobs)
+    rates = ", ".join(f"{name} {us(seconds / count)} per blob" for name, seconds in times.items())
+    measure = f"create_bytes_array(blob, attributes=...) x {count} blobs of 30-120 KB (zarr format 2)"
+    if "h5py" not in times:
+        return [Row("4c blobs", measure, None, "blobs/s", "(needs h5py)", None, {}, rates)]
+    raw = {f"{name}_s": seconds for name, seconds in times.items()}
+    return [
+        Row("4c blobs", measure + ", durable=False vs h5py (no fsync)", times["h5py"] / times["ours_not_durable"],
+            "blobs/s ours_not_durable/h5py", "info", None, raw, rates),
+        Row("4c blobs", "the same, durable close (fsync) vs h5py (no fsync)", times["h5py"] / times["ours"],
+            "blobs/s ours/h5py", "info", None, raw, rates),
+    ]  # fmt: skip
+
+
 def bench_row_array(run: bench.Run[Config]) -> list[Row]:
     config, rng = run.config, run.generator
     values = rng.standard_normal((config.rows, 1024)).astype(np.float32)
@@ -1081,7 +1122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return bench.run_benchmark(
         "bench_ops", __doc__,
         {"lookup": bench_lookup, "row": bench_row, "batch": bench_batch, "frames": bench_frames,
-         "small-arrays": bench_small_arrays, "volume": bench_volume, "row-array": bench_row_array,
+         "small-arrays": bench_small_arrays, "blobs": bench_blobs, "volume": bench_volume, "row-array": bench_row_array,
          "row-writes": bench_row_writes, "records": bench_records, "pack": bench_pack, "imports": bench_imports,
          "fresh": bench_fresh, "cli": bench_cli},
         configure, argv=argv, quick_help="small, fast run (smoke test)", seed_help="random seed (data, picks)",

@@ -645,3 +645,33 @@ def test_create_array_errors_name_the_array(tmp_path: Path) -> None:
         with pytest.raises(TypeError, match=r"array 'seq/x' of .*a\.itar: compression must be a BloscCompression"):
             group.create_array("x", np.zeros(3), compression="lz4")  # type: ignore[arg-type]
         assert group.members() == []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.integers(1, 3000), min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
+@example(lengths=[1, 2, 100_000, 3, 100_000], seed=0)  # a length twice, large blobs
+def test_blobs_of_any_length_are_what_zarr_python_writes(
+    tmp_path_factory: pytest.TempPathFactory, lengths: list[int], seed: int
+) -> None:
+    """Format 2 blobs are 0-d fixed-length bytes, a dtype per length; their metadata comes
+    from one template with the dtype open, and must stay zarr-python's for every length."""
+    rng = np.random.default_rng(seed)
+    blobs = [rng.bytes(length - 1) + b"\xd9" for length in lengths]  # no trailing NUL: numpy would strip it
+    path = tmp_path_factory.mktemp("w") / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({}, zarr_format=2)
+        for index, blob in enumerate(blobs):
+            created = root.create_bytes_array(f"b{index}", blob)
+            assert created.dtype == np.dtype(f"S{len(blob)}") and created.shape == ()  # as the session sees it
+        # Fixed-length bytes arrays of other shapes and fill values take templates too.
+        words = np.array([b"ab", b"cde", b""], dtype=f"S{lengths[0] + 2}")
+        root.create_array("words", words, compression=None)
+        root.create_empty_array("filled", shape=(2,), dtype="S4", chunks=(2,), fill_value=b"ab")
+        store.consolidate()
+    for index, blob in enumerate(blobs):
+        data = np.array(blob, dtype=f"S{len(blob)}")
+        assert our_records(path, f"b{index}") == zarr_python_records(2, f"b{index}", data, (), None, {})
+    assert our_records(path, "words") == zarr_python_records(2, "words", words, (3,), None, {})
+    reopened = IndexedTarZarrStore(path).open_root_group()
+    assert [reopened.array(f"b{index}").read_bytes() for index in range(len(blobs))] == blobs
+    assert reopened.array("filled").read().tolist() == [b"ab", b"ab"]

@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
+import numpy as np
+
 from ..errors import NcoreLikeError, NodeMetadataError
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "JsonTemplate",
     "StorePrimitives",
     "checked_format",
+    "empty_bytes",
     "encode_json",
     "group_records_v2",
     "json_document",
@@ -84,6 +87,15 @@ class JsonTemplate:
             return "[" + inner + ("," + inner).join(map(str, value)) + "\n" + margin + "]"
         text = json.dumps(value, allow_nan=True, indent=indent)
         return text.replace("\n", "\n" + margin) if margin else text
+
+
+def empty_bytes(fill_value: Any, length: int) -> bool:
+    """True if ``fill_value`` as fixed-length bytes of ``length`` is all NUL bytes (None: the
+    default, empty). Looked at in its own length, not as a blob's worth of zero bytes."""
+    if fill_value is None:
+        return True
+    given = np.asarray(fill_value, dtype="S").tobytes()[:length]
+    return given.count(0) == len(given)
 
 
 def json_document(document: Any) -> Any:

@@ -28,6 +28,7 @@ from ._shared import (
     JsonTemplate,
     StorePrimitives,
     checked_format,
+    empty_bytes,
     encode_json,
     group_records_v2,
     json_document,
@@ -382,17 +383,21 @@ _templates: LRUCache[tuple[Any, ...], tuple[dict[str, Any], JsonTemplate]] = pro
 def _zarray_document(
     shape: tuple[int, ...], dtype: np.dtype[Any], chunks: tuple[int, ...], blosc: Blosc | None, fill_value: Any
 ) -> tuple[dict[str, Any], JsonTemplate]:
-    fill_key = np.asarray(fill_value, dtype=dtype).tobytes() if fill_value is not None else None
     config = None if blosc is None else tuple(sorted(blosc.get_config().items()))
-    key = (dtype, config, fill_key)
+    # Fixed-length bytes (blobs, a dtype per length) with the empty fill value share one
+    # template with the dtype open, as in the zarr-python 3 module.
+    blob = dtype.kind == "S" and empty_bytes(fill_value, dtype.itemsize)
+    fill_key = None if blob or fill_value is None else np.asarray(fill_value, dtype=dtype).tobytes()
+    key = ("S", config, None) if blob else (dtype, config, fill_key)
+    made_dtype = np.dtype("S1") if blob else dtype
 
     def make() -> tuple[dict[str, Any], JsonTemplate]:
         # The keys in zarr-python 3's order, the values encoded as format 2 prescribes.
         document = {
             "shape": [],
             "chunks": [],
-            "dtype": Metadata2.encode_dtype(dtype),
-            "fill_value": Metadata2.encode_fill_value(fill_value, dtype),
+            "dtype": Metadata2.encode_dtype(made_dtype),
+            "fill_value": Metadata2.encode_fill_value(fill_value, made_dtype),
             "order": "C",
             "filters": None,
             "dimension_separator": ".",
@@ -401,12 +406,18 @@ def _zarray_document(
         }
         stored: dict[str, Any] = json.loads(encode_json(document))  # as stored (e.g. lists, not tuples)
         hole = JsonTemplate.hole
-        return stored, JsonTemplate({**stored, "shape": hole("shape"), "chunks": hole("chunks")}, JSON_INDENT)
+        opened = {**stored, "shape": hole("shape"), "chunks": hole("chunks")}
+        if blob:
+            opened["dtype"] = hole("dtype")
+        return stored, JsonTemplate(opened, JSON_INDENT)
 
     made = _templates.get_or_put(key, make)
     assert made is not None
     template, text = made
-    return {**template, "shape": list(shape), "chunks": list(chunks)}, text  # the keys keep their positions
+    document = {**template, "shape": list(shape), "chunks": list(chunks)}  # the keys keep their positions
+    if blob:
+        document["dtype"] = Metadata2.encode_dtype(dtype)
+    return document, text
 
 
 def array_metadata_records(
@@ -428,7 +439,7 @@ def array_metadata_records(
         raise ValueError("zarr format 2 has no dimension names (xarray keeps them in an attribute)")
     document, text = _zarray_document(shape, dtype, chunks, blosc, fill_value)
     attributes = dict(attributes or {})
-    zarray = text.render({"shape": shape, "chunks": chunks})
+    zarray = text.render({"shape": shape, "chunks": chunks, "dtype": document["dtype"]})
     return {".zarray": zarray, ".zattrs": encode_json(attributes)}, {
         **document,
         "attributes": attributes,
