@@ -75,7 +75,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -591,6 +591,21 @@ def bench_frames(run: bench.Run[Config]) -> list[Row]:
     return rows
 
 
+def node_rows(workload: str, measure: str, times: Mapping[str, float], count: int, unit: str) -> list[Row]:
+    """The context rows of nodes created one by one (``times`` of ``ours``,
+    ``ours_not_durable`` and, where installed, ``h5py``): each of ours against h5py's rate."""
+    rates = ", ".join(f"{name} {us(seconds / count)} per {unit}" for name, seconds in times.items())
+    if "h5py" not in times:
+        return [Row(workload, measure, None, f"{unit}s/s", "(needs h5py)", None, {}, rates)]
+    raw = {f"{name}_s": seconds for name, seconds in times.items()}
+    return [
+        Row(workload, measure + ", durable=False vs h5py (no fsync)", times["h5py"] / times["ours_not_durable"],
+            f"{unit}s/s ours_not_durable/h5py", "info", None, raw, rates),
+        Row(workload, "the same, durable close (fsync) vs h5py (no fsync)", times["h5py"] / times["ours"],
+            f"{unit}s/s ours/h5py", "info", None, raw, rates),
+    ]  # fmt: skip
+
+
 def bench_small_arrays(run: bench.Run[Config]) -> list[Row]:
     """Many small arrays, one per frame (labels, boxes, a few hundred bytes to a few KB),
     each ``create_array(...)`` with attributes: what it costs a node, not a byte."""
@@ -613,18 +628,8 @@ def bench_small_arrays(run: bench.Run[Config]) -> list[Row]:
     check = IndexedTarZarrStore(path).open_root_group().group("labels")
     np.testing.assert_array_equal(check.array(f"{len(arrays) - 1:05d}").read(), arrays[-1])
     times = median_times(functions, config.write_repeats, after=unlink_all(path, h5_path), isolate=True)
-    count = len(arrays)
-    rates = ", ".join(f"{name} {us(seconds / count)} per array" for name, seconds in times.items())
-    measure = f"create_array(labels, compression=None, attributes=...) x {count} arrays of 64 B - 4 KB"
-    if "h5py" not in times:
-        return [Row("4b small arrays", measure, None, "arrays/s", "(needs h5py)", None, {}, rates)]
-    raw = {f"{name}_s": seconds for name, seconds in times.items()}
-    return [
-        Row("4b small arrays", measure + ", durable=False vs h5py (no fsync)",
-            times["h5py"] / times["ours_not_durable"], "arrays/s ours_not_durable/h5py", "info", None, raw, rates),
-        Row("4b small arrays", "the same, durable close (fsync) vs h5py (no fsync)", times["h5py"] / times["ours"],
-            "arrays/s ours/h5py", "info", None, raw, rates),
-    ]  # fmt: skip
+    measure = f"create_array(labels, compression=None, attributes=...) x {len(arrays)} arrays of 64 B - 4 KB"
+    return node_rows("4b small arrays", measure, times, len(arrays), "array")
 
 
 def bench_blobs(run: bench.Run[Config]) -> list[Row]:
@@ -650,18 +655,8 @@ def bench_blobs(run: bench.Run[Config]) -> list[Row]:
     check = IndexedTarZarrStore(path).open_root_group().group("front")
     assert check.array(f"{len(blobs) - 1:05d}").read_bytes() == blobs[-1]
     times = median_times(functions, config.write_repeats, after=unlink_all(path, h5_path), isolate=True)
-    count = len(blobs)
-    rates = ", ".join(f"{name} {us(seconds / count)} per blob" for name, seconds in times.items())
-    measure = f"create_bytes_array(blob, attributes=...) x {count} blobs of 30-120 KB (zarr format 2)"
-    if "h5py" not in times:
-        return [Row("4c blobs", measure, None, "blobs/s", "(needs h5py)", None, {}, rates)]
-    raw = {f"{name}_s": seconds for name, seconds in times.items()}
-    return [
-        Row("4c blobs", measure + ", durable=False vs h5py (no fsync)", times["h5py"] / times["ours_not_durable"],
-            "blobs/s ours_not_durable/h5py", "info", None, raw, rates),
-        Row("4c blobs", "the same, durable close (fsync) vs h5py (no fsync)", times["h5py"] / times["ours"],
-            "blobs/s ours/h5py", "info", None, raw, rates),
-    ]  # fmt: skip
+    measure = f"create_bytes_array(blob, attributes=...) x {len(blobs)} blobs of 30-120 KB (zarr format 2)"
+    return node_rows("4c blobs", measure, times, len(blobs), "blob")
 
 
 def bench_row_array(run: bench.Run[Config]) -> list[Row]:
