@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -445,9 +445,7 @@ class Array(_ArrayNode):
         # rejected write changes nothing (zarr-python writes the chunks of a selection
         # concurrently).
         if self._write_once():
-            for key in _compat.touched_chunk_keys(self.zarr, selection):
-                if _compat.record_exists(self.zarr.store, key):
-                    raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
+            self._refuse_written(self.zarr.store, _compat.touched_chunk_keys(self.zarr, selection))
         _compat.write_basic_selection(self.zarr, selection, data)
 
     def _write_once(self) -> bool:
@@ -554,10 +552,17 @@ class Array(_ArrayNode):
         anything is written, so a rejected write changes nothing."""
         store = self._record_store()
         keys = [self._chunk_key(coords) for coords, _ in records]
-        for key in keys if self._write_once() else ():
+        if self._write_once():
+            self._refuse_written(store, keys)
+        _compat.write_records(store, [(key, record) for key, (_, record) in zip(keys, records, strict=True)])
+
+    def _refuse_written(self, store: _compat.ZarrStore, keys: Iterable[str]) -> None:
+        """Raises RecordExistsError for the first of ``keys`` the archive holds already:
+        archive records are write-once, and checking before anything is written makes a
+        rejected write change nothing."""
+        for key in keys:
             if _compat.record_exists(store, key):
                 raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
-        _compat.write_records(store, [(key, record) for key, (_, record) in zip(keys, records, strict=True)])
 
     def _chunk_writer(self) -> _ChunkWriter | None:
         """How whole chunks of this array are encoded, None if zarr-python must do it (codecs
@@ -651,12 +656,9 @@ class Array(_ArrayNode):
                 f"data of shape {given.shape} doesn't broadcast to the selection's shape {data_shape}"
             ) from None
         origin = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
-        if self._write_once():  # chunks written already are found before anything is written
-            store = self._record_store()
+        if self._write_once():
             grid = chunk_grid_shape(block_shape, writer.chunks)
             keys = self._batch_keys(block_shape, writer.chunks, origin)(list(itertools.product(*map(range, grid))))
-            for key in keys:
-                if _compat.record_exists(store, key):
-                    raise RecordExistsError(key, f"{self._where()}: chunk record {key!r} exists already")
+            self._refuse_written(self._record_store(), keys)
         # Encoded as a new array's chunks are (batches on the worker pool, packed records).
         self._write_new_chunks(values, writer.chunks, writer.fill_value, writer.compression, origin)

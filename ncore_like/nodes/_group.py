@@ -16,7 +16,7 @@ from ..backend import Backend, is_blob
 from ..errors import ReadOnlyError
 from ..store._documents import XARRAY_DIMENSIONS, GroupView
 from ..store._metadata import ArrayView, parse_node
-from ._array import Array
+from ._array import Array, _named
 from ._attributes import json_attributes
 from ._cache import NodeCache
 from ._compression import BloscCompression
@@ -226,7 +226,7 @@ class Group(_GroupNode):
         (``"a/b"``) also creates the groups in between."""
         self._check_writable()
         # Checked before the groups in between are created: a refused call creates nothing.
-        attrs = json_attributes(attributes, f"group {self._member_path(name.strip('/'))!r} of {self._where_store()}")
+        attrs = json_attributes(attributes, self._member_where("group", name))
         parent_path, _, leaf = name.strip("/").rpartition("/")
         parent = self._required_path(parent_path)
         created = _compat.create_subgroup(parent.zarr, leaf, attrs)
@@ -278,8 +278,10 @@ class Group(_GroupNode):
         try:
             values, resolved = prepare_values(data, dtype, chunks, self.zarr_format)
         except (TypeError, ValueError) as error:  # data numpy can't make an array of, chunks
-            where = f"array {self._member_path(name.strip('/'))!r} of {self._where_store()}"
-            raise type(error)(f"{where}: {error}") from error
+            named = _named(error, self._member_where("array", name))
+            if named is error:
+                raise
+            raise named from error
         fill_value = default_fill_value(values.dtype)
         array = self._new_array(
             name, tuple(values.shape), values.dtype, resolved, compression, fill_value, attributes, dimension_names
@@ -305,7 +307,7 @@ class Group(_GroupNode):
         metadata written when the group belongs to a store (zarr-python's array is built only
         if something needs it), else wrapping zarr-python's array."""
         # Checked before the groups in between are created: a refused call creates nothing.
-        where = f"array {self._member_path(name.strip('/'))!r} of {self._where_store()}"
+        where = self._member_where("array", name)
         if compression is not None and not isinstance(compression, BloscCompression):
             raise TypeError(f"{where}: compression must be a BloscCompression or None, got {compression!r}")
         attrs = json_attributes(attributes, where) or None
@@ -326,9 +328,11 @@ class Group(_GroupNode):
         view = parse_node(path, document, self.zarr_format, self._store.name)
         return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
 
-    def _member_path(self, name: str) -> str:
-        """The path of this group's member ``name`` in the hierarchy."""
-        return f"{self.path}/{name}" if self.path else name
+    def _member_where(self, kind: str, name: str) -> str:
+        """How errors name this group's member ``name`` (a nested name too), e.g. ``array
+        'seq/x' of /data/drive.itar``."""
+        path = f"{self.path}/{name.strip('/')}" if self.path else name.strip("/")
+        return f"{kind} {path!r} of {self._where_store()}"
 
     def _checked_dimension_names(
         self, name: str, names: Sequence[str | None] | None, ndim: int
