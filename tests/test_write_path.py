@@ -5,6 +5,7 @@ attributes serialised per array) and chunk records (encoded on the worker pool).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -455,6 +456,36 @@ def test_row_writes_the_row_writer_leaves_keep_their_results(tmp_path: Path) -> 
         reader.write(3, [1, 2, 3])
 
 
+@pytest.mark.parametrize("chunks", [(1, 3), (2, 3), (4, 3), (1, 1)], ids=["rows", "two rows", "one chunk", "elements"])
+@pytest.mark.parametrize(
+    ("selection", "shape"),
+    [(1, (1, 3)), (1, (1, 1, 3)), (np.s_[2:4], (1, 2, 3)), (np.s_[0:2], (1, 1, 3)), (-1, (1, 1)), (3, (2, 3))],
+    ids=["row[None]", "row[None, None]", "block[None]", "a row broadcast", "a scalar in two axes", "two rows"],
+)
+def test_data_with_leading_axes_of_length_one_writes_as_numpy_assigns(
+    tmp_path: Path, chunks: tuple[int, int], selection: Any, shape: tuple[int, ...]
+) -> None:
+    """``a[t] = row[None]``: numpy drops leading axes of length 1 the selection lacks, for
+    every chunking (rows take the row writer or the whole-chunk path, others zarr-python)."""
+    data = np.arange(1, math.prod(shape) + 1, dtype=np.int32).reshape(shape)
+    expected = np.zeros((4, 3), np.int32)
+    try:
+        expected[selection] = data
+    except ValueError:
+        expected = None
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        array = store.create_root_group({}).create_empty_array("x", shape=(4, 3), dtype="i4", chunks=chunks)
+        if expected is None:
+            with pytest.raises(ValueError, match="array 'x' of .*a\\.itar: .*broadcast"):
+                array.write(selection, data)
+            return
+        array.write(selection, data)
+    np.testing.assert_array_equal(
+        IndexedTarZarrStore(path).open_root_group(consolidated=False).array("x").read(), expected
+    )
+
+
 @pytest.mark.parametrize("row_bytes", [64, 2 << 20], ids=["buffered", "written at once"])
 def test_an_uncompressed_row_is_stored_as_it_was_when_written(tmp_path: Path, row_bytes: int) -> None:
     """Rows are handed to the archive without a copy: what it stores must not follow later
@@ -599,6 +630,35 @@ def test_numpy_attribute_values_are_stored_as_their_python_values(tmp_path: Path
     assert our_records(path, "seq/x") == {
         f"seq/{key}": value for key, value in zarr_python_records(zarr_format, "x", data, (6,), None, expected).items()
     }
+    reopened = IndexedTarZarrStore(path).open_root_group()
+    for node in (reopened, reopened.group("seq"), reopened.array("seq/x")):
+        assert dict(node.attributes) == expected
+
+
+#: Keys ``json`` writes as strings (``1`` and ``True`` are one dict key: 2 and True here).
+KEYED_ATTRIBUTES = {2: "two", True: "yes", None: "none", 1.5: "x", "nested": {3: [4], -0.5: {None: 1}}}
+
+
+@pytest.mark.parametrize("zarr_format", zarr_api.WRITABLE_FORMATS)
+@pytest.mark.parametrize("numpy_keys", [False, True], ids=["python keys", "numpy keys"])
+def test_attribute_keys_json_writes_as_strings_are_those_strings_from_the_start(
+    tmp_path: Path, zarr_format: int, numpy_keys: bool
+) -> None:
+    """Keys that are numbers, bools or None: what json makes of them, as the writing session
+    sees them and after reopening (zarr-python refused them at the top level)."""
+    expected = json.loads(json.dumps(KEYED_ATTRIBUTES))
+    attributes: dict[Any, Any] = dict(KEYED_ATTRIBUTES)
+    if numpy_keys:
+        attributes = {np.int64(2): "two", np.bool_(True): "yes", np.float32(1.5): "x", None: "none",
+                      "nested": {np.uint8(3): [4], np.float64(-0.5): {None: 1}}}  # fmt: skip
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group(attributes, zarr_format=zarr_format)  # type: ignore[arg-type]
+        group = root.create_group("seq", attributes=attributes)
+        array = group.create_array("x", np.arange(3), attributes=attributes)
+        for node in (root, group, array):
+            assert dict(node.attributes) == expected
+        store.consolidate()
     reopened = IndexedTarZarrStore(path).open_root_group()
     for node in (reopened, reopened.group("seq"), reopened.array("seq/x")):
         assert dict(node.attributes) == expected

@@ -51,6 +51,23 @@ _WRITE_BATCH_RECORDS = 512
 _PACK_BATCH_BYTES = PACKED_BATCH_BYTES
 
 
+def _fitted(data: npt.ArrayLike, shape: tuple[int, ...], dtype: np.dtype[Any] | None = None) -> NDArray:
+    """``data`` broadcast to a selection's ``shape`` as numpy's assignment takes it: leading
+    axes of length 1 the selection lacks are dropped (``a[t] = row[None]``), which neither
+    ``numpy.broadcast_to`` nor zarr-python 2 does.
+
+    Raises:
+        ValueError: For data that doesn't broadcast, with both shapes.
+    """
+    given = np.asarray(data, dtype=dtype)
+    while given.ndim > len(shape) and given.shape[0] == 1:
+        given = given[0]
+    try:
+        return np.broadcast_to(given, shape)
+    except ValueError:
+        raise ValueError(f"data of shape {np.shape(data)} doesn't broadcast to the selection's shape {shape}") from None
+
+
 def _named(error: BaseException, where: str) -> BaseException:
     """``error`` as the same class (so callers catch what zarr-python raises) with the array
     and its store named; ``error`` itself if its class takes another constructor."""
@@ -444,9 +461,10 @@ class Array(_ArrayNode):
         # Chunks of an archive written already are found before anything is written, so a
         # rejected write changes nothing (zarr-python writes the chunks of a selection
         # concurrently).
+        values = _fitted(data, self._shape_of(selection))  # zarr-python's cast, numpy's shapes
         if self._write_once():
             self._refuse_written(self.zarr.store, _compat.touched_chunk_keys(self.zarr, selection))
-        _compat.write_basic_selection(self.zarr, selection, data)
+        _compat.write_basic_selection(self.zarr, selection, values)
 
     def _write_once(self) -> bool:
         """True if the array's records can't be rewritten (archives)."""
@@ -648,13 +666,7 @@ class Array(_ArrayNode):
         assert writer is not None
         region, data_shape = blocks
         block_shape = tuple(item.stop - item.start for item in region)
-        given = np.asarray(data, dtype=writer.dtype)
-        try:
-            values = np.broadcast_to(given, data_shape).reshape(block_shape)
-        except ValueError:
-            raise ValueError(
-                f"data of shape {given.shape} doesn't broadcast to the selection's shape {data_shape}"
-            ) from None
+        values = _fitted(data, data_shape, writer.dtype).reshape(block_shape)
         origin = tuple(item.start // chunk for item, chunk in zip(region, writer.chunks, strict=True))
         if self._write_once():
             grid = chunk_grid_shape(block_shape, writer.chunks)

@@ -9,6 +9,7 @@ JSON can't hold is refused with the attribute named.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,10 +19,10 @@ __all__ = ["json_attributes"]
 
 
 def json_attributes(attributes: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
-    """The attributes with numpy values made Python's (see the module), checked to be what
-    ``json`` writes: keys it takes (strings; numbers, bools and None become strings, as
-    ``json`` makes them) and values it holds (NaN and infinities included, as zarr-python
-    writes them). ``where`` names the node in errors.
+    """The attributes with numpy values made Python's (see the module) and keys that are
+    numbers, bools or None made the strings ``json`` writes for them (the writing session sees
+    what a reader of the records sees), checked to be what ``json`` holds (NaN and infinities
+    included, as zarr-python writes them). ``where`` names the node in errors.
 
     Raises:
         TypeError: For a key or a value JSON can't hold, named by its place.
@@ -29,7 +30,7 @@ def json_attributes(attributes: Mapping[str, Any] | None, where: str) -> dict[st
     if not attributes:
         return {}
     try:
-        plain = {key: _plain(value) for key, value in attributes.items()}
+        plain = {_key(key): _plain(value) for key, value in attributes.items()}
         problem = _first_problem(plain)
     except RecursionError:
         problem = "they contain themselves (or nest too deep)"
@@ -44,14 +45,23 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray) and not value.dtype.hasobject:
         return value.tolist()
     if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
+        return {_key(key): _plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return value
 
 
-#: What ``json`` takes as a key (it writes the others than strings as strings).
-_KEYS = (str, int, float, type(None))
+def _key(key: Any) -> Any:
+    """A key as ``json`` writes it: numbers, bools and None as strings (``1`` -> ``"1"``,
+    ``True`` -> ``"true"``), numpy's scalars as the Python ones they hold; others (a tuple)
+    as they are, for :func:`_first_problem` to refuse."""
+    if isinstance(key, str):
+        return str(key)
+    if isinstance(key, np.generic):
+        key = key.item()
+    if not isinstance(key, (int, float, type(None))):
+        return key
+    return json.dumps({key: 0})[2:-5]  # json's own spelling: "true", "null", "NaN", "1.5"
 
 
 def _first_problem(value: Any, path: str = "") -> str | None:
@@ -59,7 +69,7 @@ def _first_problem(value: Any, path: str = "") -> str | None:
     JSON."""
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, _KEYS):
+            if not isinstance(key, str):
                 return f"key {key!r} of attribute{path or 's'} is a {_kind(key)}, which JSON can't have as a key"
             problem = _first_problem(item, f"{path}[{key!r}]")
             if problem is not None:
