@@ -18,6 +18,7 @@ from ncore_like.backend._selection import basic_dims, canonical, expanded, is_ba
 
 SHAPE = (13, 7, 5)
 ROWS = (20, 6)
+PARTS = (9, 4, 3)  # rows of two dimensions
 SIGNED = (int, np.int8, np.int16, np.int32, np.int64, np.intp)
 UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
 
@@ -28,14 +29,18 @@ def arrays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple
     path: Path = tmp_path_factory.mktemp("selections") / "a.itar"
     block = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
     rows = np.arange(np.prod(ROWS), dtype=np.int16).reshape(ROWS) - 50
+    parts = np.arange(np.prod(PARTS), dtype=np.float64).reshape(PARTS) / 7
     with IndexedTarZarrStore(path, "w") as store:
         root = store.create_root_group({})
         root.create_array("block", block, chunks=(4, 3, 5), compression=BloscCompression())
         root.create_array("rows", rows, chunks=(1, 6), compression=None)
+        root.create_array("parts", parts, chunks=(1, *PARTS[1:]), compression=BloscCompression())
         store.consolidate()
     with IndexedTarZarrStore(path) as store:
         root = store.open_root_group()
-        yield {"block": (root.array("block"), block), "rows": (root.array("rows"), rows)}
+        yield {
+            name: (root.array(name), values) for name, values in (("block", block), ("rows", rows), ("parts", parts))
+        }
 
 
 @st.composite
@@ -116,6 +121,39 @@ def test_integer_rows_on_the_first_axis_read_as_numpy_on_the_fast_path(
     for name in ("block", "rows"):
         array, values = arrays[name]
         assert_reads_as_numpy(array, values, data.draw(row_lists(values.shape), label=name))
+
+
+@st.composite
+def parts_of_a_row(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """A row by index, then what to take of it (``poses[t, :3]``): ints (out of bounds too),
+    unit-step slices, an Ellipsis, sometimes one item too many."""
+    row = draw(integers(shape[0]))
+    items: list[Any] = []
+    for size in shape[1 : 1 + draw(st.integers(0, len(shape)))]:  # one past the last dimension
+        items.append(draw(st.integers(-size - 2, size + 1) | unit_slices(size) | st.just(Ellipsis)))
+    return (row, *items)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_parts_of_a_row_read_as_numpy_on_the_row_path(arrays: dict[str, Any], data: st.DataObject) -> None:
+    """A part of one row is that row read whole and numpy's indexing of it: the values numpy
+    gives, and numpy's IndexError (the general path's) for indices it refuses."""
+    array, values = arrays["parts"]
+    selection = data.draw(parts_of_a_row(values.shape))
+    try:
+        values[selection]
+    except IndexError:
+        # the general path's error, with the array named (not numpy's about the row's axes)
+        problem = r"array 'parts' of .*: .*(index out of bounds for dim|too many indices for array|single ellipsis)"
+        with pytest.raises(IndexError, match=problem):
+            array.read(selection)
+        with pytest.raises(IndexError, match=problem):
+            array[selection]
+        return
+    before = array.backend.stats.get("fast", 0)
+    assert_reads_as_numpy(array, values, selection)
+    assert array.backend.stats.get("fast", 0) == before + 3  # read, read(out=), array[...]: the row path
 
 
 @pytest.mark.parametrize("index", [5, -3, np.int64(5), np.uint8(5), np.int16(-3), np.array(5), np.array(-3, np.int32)])

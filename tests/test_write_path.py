@@ -584,8 +584,9 @@ def test_a_bad_write_names_the_array_and_the_file_and_writes_nothing(
     with IndexedTarZarrStore(path, mode="w") as store:
         array = store.create_root_group({}).create_empty_array("poses", shape=(10, 3), dtype="f4", chunks=(1, 3))
         records = len(store.archive)
-        with pytest.raises(error, match=rf"array 'poses' of .*a\.itar: .*{problem}"):
+        with pytest.raises(error, match=rf"array 'poses' of .*a\.itar: .*{problem}") as raised:
             array.write(selection, data)
+        assert str(raised.value).count("array 'poses'") == 1  # named once
         assert len(store.archive) == records
 
 

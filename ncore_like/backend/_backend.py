@@ -380,24 +380,34 @@ class Backend:
     ) -> NDArray | None:
         """``array[selection]`` for a :meth:`_row_part`: the rows read whole (small ones, as
         rows are) and the part taken from them, a view unless ``out`` is given; else None."""
+        first = selection[0] if selection else None
+        if type(first) is int and state is not None:  # one row's part (poses[t, :3])
+            return self._read_part_of_row(array, first, selection, out, state)
         dims = self._row_part(array, selection, state)
         if dims is None or state is None or state.row_reader is None:
             return None
         # ``...`` last: all ints select a 0-d view, not a numpy scalar
-        within: tuple[Any, ...] = (*(slice(*dim) if isinstance(dim, tuple) else dim for dim in dims), Ellipsis)
-        first = selection[0]
-        if type(first) is int:
-            whole = state.row_reader(first, None)
-        else:
-            whole = self._read_rows(array, first, None, state)
-            within = (slice(None), *within)
+        within = (slice(None), *(slice(*dim) if isinstance(dim, tuple) else dim for dim in dims), ...)
+        whole = self._read_rows(array, first, None, state)
+        return None if whole is None else _taken(whole, within, out)
+
+    def _read_part_of_row(
+        self, array: ArraySource, index: int, selection: tuple[Any, ...], out: NDArray | None, state: ArrayState
+    ) -> NDArray | None:
+        """:meth:`_read_row_part` of one row (``selection[0]`` is ``index``): the row read
+        whole and numpy's indexing of it (:func:`_within_row`); None where the general path
+        decides (its errors included)."""
+        within = _within_row(selection)
+        reader = self._rows(array, state)
+        if within is None or reader is None:
+            return None
+        whole = reader(index, None)
         if whole is None:
             return None
-        values: NDArray = whole[within]
-        if out is None:
-            return values
-        out[...] = values
-        return out
+        try:
+            return _taken(whole, within, out)
+        except IndexError:  # an index out of bounds, too many of them
+            return None
 
     @staticmethod
     def _kept_chunk(task: ChunkTask, layout: ChunkLayout) -> NDArray | None:
@@ -716,6 +726,36 @@ _decoded: LRUCache[tuple[int, str], tuple[weakref.ref[ChunkLayout], NDArray]] = 
 #: of parts of rows (:meth:`Backend._row_part`).
 _ROW_BATCHES = frozenset((list, slice, np.ndarray))
 _ROW_SELECTIONS = _ROW_BATCHES | {int}
+
+
+def _taken(whole: NDArray, within: tuple[Any, ...], out: NDArray | None) -> NDArray:
+    """``whole[within]`` (a view), or copied into ``out``."""
+    values: NDArray = whole[within]
+    if out is None:
+        return values
+    out[...] = values
+    return out
+
+
+def _within_row(selection: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What a selection whose first item picks one row takes of that row, for numpy to index
+    it with: its other items if they are ints, unit-step slices and at most one ``Ellipsis``
+    (numpy takes those as zarr-python does: slices clipped, negative ints from the end),
+    with ``Ellipsis`` last if it has none (all ints then select a 0-d view, not a scalar);
+    None otherwise."""
+    rest = selection[1:]
+    ellipsis = False
+    for item in rest:
+        if type(item) is slice:
+            if item.step is not None and item.step != 1:
+                return None
+        elif item is Ellipsis:
+            if ellipsis:
+                return None
+            ellipsis = True
+        elif type(item) is not int:  # bools are masks to numpy
+            return None
+    return rest if ellipsis else (*rest, Ellipsis)
 
 
 def _row_key_parts(chunk_key: Callable[[tuple[int, ...]], str], ndim: int) -> tuple[str | None, str]:

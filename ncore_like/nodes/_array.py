@@ -101,12 +101,18 @@ class _ChunkWriter(NamedTuple):
     fill_value: Any
 
 
+def _has_negative_step(selection: Selection) -> bool:
+    """True if ``selection`` (any form) has a slice of negative step."""
+    items = selection if type(selection) is tuple else (selection,)
+    return any(type(item) is slice and item.step is not None and item.step < 0 for item in items)
+
+
 def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], set[int]] | None:
     """For basic selections (canonical) with slices of negative step: the same selection with
     positive steps (one item per dimension) and the axes of the result to flip; None otherwise."""
-    items = selection if type(selection) is tuple else (selection,)
-    if not any(type(item) is slice and item.step is not None and item.step < 0 for item in items):
+    if not _has_negative_step(selection):
         return None
+    items = selection if type(selection) is tuple else (selection,)
     if not all(item is Ellipsis or type(item) in (slice, int) for item in items):
         return None  # read() raises its error
     spelled = expanded(selection, len(shape))
@@ -221,12 +227,9 @@ class Array(_ArrayNode):
     def __getitem__(self, selection: Selection) -> NDArray:
         """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
         the range is read with a positive step and flipped)."""
-        selection = canonical(selection)
-        if type(selection) is tuple:
-            selection = first_axis(selection, self.ndim)
-        if type(selection) is int:  # a row: no slice to flip
+        if type(selection) is int or not _has_negative_step(selection):  # read() makes it canonical
             return self.read(selection)
-        flips = _negative_steps(selection, self.shape)
+        flips = _negative_steps(canonical(selection), self.shape)
         if flips is None:
             return self.read(selection)
         positive, axes = flips
@@ -461,7 +464,8 @@ class Array(_ArrayNode):
         # Chunks of an archive written already are found before anything is written, so a
         # rejected write changes nothing (zarr-python writes the chunks of a selection
         # concurrently).
-        values = _fitted(data, self._shape_of(selection))  # zarr-python's cast, numpy's shapes
+        # zarr-python's cast, numpy's shapes (the shape's errors are named by write())
+        values = _fitted(data, self._backend.shape(self, selection, state=self._state))
         if self._write_once():
             self._refuse_written(self.zarr.store, _compat.touched_chunk_keys(self.zarr, selection))
         _compat.write_basic_selection(self.zarr, selection, values)
