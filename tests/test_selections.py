@@ -156,6 +156,103 @@ def test_parts_of_a_row_read_as_numpy_on_the_row_path(arrays: dict[str, Any], da
     assert array.backend.stats.get("fast", 0) == before + 3  # read, read(out=), array[...]: the row path
 
 
+@st.composite
+def index_array_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """Tuples with index arrays among ints, slices and an Ellipsis: lists, integer arrays and
+    masks (of the right length, mostly), one or several."""
+    items: list[Any] = []
+    for size in shape[: draw(st.integers(1, len(shape)))]:
+        kind = draw(st.sampled_from(["int", "slice", "list", "array", "mask", "mask"]))
+        if kind == "int":
+            items.append(draw(st.integers(-size, size - 1)))
+        elif kind == "slice":
+            items.append(draw(unit_slices(size)))
+        elif kind == "mask":
+            length = size if draw(st.integers(0, 5)) else size + draw(st.sampled_from([-1, 1]))
+            items.append(np.array(draw(st.lists(st.booleans(), min_size=length, max_size=length)), bool))
+        else:
+            indices = draw(st.lists(st.integers(-size, size - 1), min_size=1, max_size=4))
+            dtype = draw(st.sampled_from([np.int64, np.uint8]))
+            if dtype is np.uint8:
+                indices = [index % size for index in indices]
+            items.append(indices if kind == "list" else np.array(indices, dtype))
+    if draw(st.booleans()):
+        items.insert(draw(st.integers(0, len(items))), Ellipsis)
+    return tuple(items)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_index_arrays_read_as_numpy_or_are_refused(arrays: dict[str, Any], data: st.DataObject) -> None:
+    """numpy pairs index arrays (a[mask, mask] takes elements, not a block): every read is
+    numpy's result, or an IndexError (numpy's own, or a refusal saying what isn't supported),
+    never other values or another shape."""
+    for name in ("block", "parts"):
+        array, values = arrays[name]
+        selection = data.draw(index_array_selections(values.shape), label=name)
+        try:
+            expected = values[selection]
+        except IndexError:
+            expected = None
+        for read in (array.read, array.__getitem__):
+            if expected is None:
+                with pytest.raises(IndexError, match=f"array '{name}' of "):
+                    read(selection)
+                continue
+            try:
+                result = read(selection)
+            except IndexError as error:  # a refusal: it must say what isn't supported
+                assert "not supported" in str(error) or "unsupported" in str(error), (selection, error)
+                continue
+            assert result.shape == expected.shape and np.array_equal(result, expected), selection
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        (np.array([0, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0], bool), np.array([1, 0, 0, 1, 1, 0, 0], bool), 2),
+        (np.array([1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0], bool), [6, 0], np.array([0, 1, 0, 0, 0], bool)),
+        ([3, 4, 5], [1, 1, 0], -1),
+        (Ellipsis, [4, 0]),
+        (2, np.array([1, 0, 1, 0, 1, 0, 0], bool), Ellipsis),
+        ([3, -1], slice(1, 4), 0),
+    ],
+    ids=["two masks", "mask, list, mask", "lists", "Ellipsis, list", "int, mask, Ellipsis", "list, slice, int"],
+)
+def test_index_arrays_numpy_pairs_are_read(arrays: dict[str, Any], selection: tuple[Any, ...]) -> None:
+    """The forms with index arrays that are read (none refused), as numpy reads them."""
+    array, values = arrays["block"]
+    expected = values[selection]
+    for result in (array.read(selection), array[selection]):
+        assert result.shape == expected.shape and np.array_equal(result, expected)
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        (slice(None), np.array([-1, 3])),
+        (0, 0, np.array([-2, 1], np.int64)),
+        (np.array([-1, 2]), np.array([-3, 0]), 1),
+        (Ellipsis, np.array([-3, 2], np.int32)),
+        (slice(2, 9), np.array([3, 0], np.uint8)),
+    ],
+    ids=["second axis", "last axis", "paired", "after Ellipsis", "uint8 past the first chunk"],
+)
+@pytest.mark.parametrize("name", ["block", "parts"])
+def test_index_arrays_are_read_as_numpy_and_left_as_given(
+    arrays: dict[str, Any], name: str, selection: tuple[Any, ...]
+) -> None:
+    """The caller's index arrays (a sampler's) are not changed by a read: zarr-python wraps
+    negative indices in the arrays it is given."""
+    array, values = arrays[name]
+    given = [item.copy() for item in selection if type(item) is np.ndarray]
+    expected = values[selection]
+    for result in (array.read(selection), array[selection]):
+        assert result.shape == expected.shape and np.array_equal(result, expected)
+    after = [item for item in selection if type(item) is np.ndarray]
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(given, after, strict=True))
+
+
 @pytest.mark.parametrize("index", [5, -3, np.int64(5), np.uint8(5), np.int16(-3), np.array(5), np.array(-3, np.int32)])
 def test_every_integer_form_takes_the_row_path(arrays: dict[str, Any], index: Any) -> None:
     array, values = arrays["rows"]

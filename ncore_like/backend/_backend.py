@@ -31,7 +31,7 @@ from ..store._documents import ChunkKeys
 from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, raw_checked, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
-from ._selection import NUMPY_INTEGERS, Dim, basic_dims, canonical
+from ._selection import NUMPY_INTEGERS, Dim, basic_dims, canonical, paired_arrays
 from ._state import ArrayState, RowReader
 
 __all__ = ["Backend"]
@@ -181,6 +181,7 @@ class Backend:
                 batch = self._row_batch(array, selection[0], state)
                 if batch is not None:
                     return (len(batch[0]), *shape)
+            selection = paired_arrays(selection, self._array_shape(array))
         fast = self._fast(array, selection, state)
         if not isinstance(fast, str):
             return fast[1].shape
@@ -587,6 +588,7 @@ class Backend:
             values = self._read_row_part(array, selection, out, state)
             if values is not None:
                 return values
+            selection = paired_arrays(selection, self._array_shape(array))
         fast = self._fast(array, selection, state)
         if isinstance(fast, str):
             self._fallback(array, fast, state)
@@ -626,7 +628,7 @@ class Backend:
         decoding runs on worker threads, so gathered reads overlap both. Small local reads
         (:data:`INLINE_READ_BYTES`) run on the loop's thread, as :meth:`read`: they take
         microseconds, a hand-off to a worker thread and back more (~40-140 us)."""
-        selection = canonical(selection)
+        selection = paired_arrays(canonical(selection), self._array_shape(array))
         if self._small_local(array, selection, state):
             return self.read(array, selection, out, state=state)
         fast = self._fast(array, selection, state)  # planning only: no I/O
@@ -670,6 +672,14 @@ class Backend:
         plan = fast[1]
         values = int(np.prod(plan.shape)) * layout.dtype.itemsize
         return plan.stored_bytes <= INLINE_READ_BYTES and values <= INLINE_READ_BYTES
+
+    @staticmethod
+    def _array_shape(array: ArraySource) -> tuple[int, ...]:
+        """The array's shape, from its metadata view where it has one (no zarr-python)."""
+        view = array.view
+        if view is not None and view.unsupported is None:
+            return view.shape
+        return tuple(array.zarr.shape)
 
     @staticmethod
     def _check_blob(array: ArraySource) -> None:

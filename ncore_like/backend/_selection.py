@@ -137,3 +137,91 @@ def is_basic(selection: Any) -> bool:
         type(item) is int or isinstance(item, EllipsisType) or (type(item) is slice and item.step in (None, 1))
         for item in items
     )
+
+
+def _index_array(item: Any) -> bool:
+    return type(item) is list or type(item) is np.ndarray
+
+
+def _index_values(item: Any) -> np.ndarray[Any, Any]:
+    """An index array as a new array of numpy's ``intp``: zarr-python wraps negative indices
+    in the array it is given (the caller's indices would change) and misplaces small unsigned
+    ones past the first chunk of a dimension. uint64 beyond ``intp`` stays as it is (out of
+    bounds: zarr-python's error, not a negative index); masks stay masks."""
+    values = np.asarray(item)
+    unsigned64 = values.dtype.kind == "u" and values.dtype.itemsize == 8
+    if values.dtype.kind not in "iu" or (unsigned64 and values.max(initial=0) > np.iinfo(np.intp).max):
+        return values
+    return np.array(values, dtype=np.intp)
+
+
+def paired_arrays(selection: Any, shape: tuple[int, ...]) -> Any:
+    """A canonical selection with index arrays (lists, integer or boolean arrays) as numpy
+    reads it, in a form zarr-python reads alike; ``selection`` itself without them.
+
+    numpy pairs two or more index arrays: ``a[rows, cols]`` takes ``a[rows[k], cols[k]]``, a
+    mask standing for its ``nonzero()`` indices. zarr-python's ``[]`` pairs integer arrays
+    too, but indexes each dimension by its own mask when there is one (``a[mask, mask]``
+    would read a block): the masks are given as their indices. One index array selects along
+    its dimension in both, but zarr-python takes no Ellipsis with it (``a[..., [2, 0]]``:
+    spelled out as slices) and keeps the array's dimension in place where numpy moves it
+    first (integers and the array apart, a slice before the array: ``a[0, :, [2, 0]]`` has
+    the shape ``(2, n)``). Integer arrays are copied as ``intp`` (see :func:`_index_values`).
+
+    Raises:
+        IndexError: Where numpy raises one (a mask of another length than its dimension,
+            index arrays that don't broadcast together), and for what is not supported
+            rather than read otherwise than numpy: paired index arrays with slices (or
+            fewer items than dimensions), an index array's dimension numpy moves first.
+    """
+    if type(selection) is not tuple:
+        return _index_values(selection) if type(selection) is np.ndarray and selection.ndim else selection
+    arrays = [position for position, item in enumerate(selection) if _index_array(item)]
+    if not arrays:
+        return selection
+    if any(np.ndim(selection[position]) != 1 for position in arrays):
+        return selection  # masks or index arrays of several dimensions: zarr-python's (errors)
+    spelled = expanded(selection, len(shape))
+    if spelled is None:
+        return selection  # zarr-python's error
+    items = [_index_values(item) if _index_array(item) else item for item in spelled]
+    if len(arrays) == 1:
+        _check_in_place(selection, items)
+        return tuple(items)
+    for axis, item in enumerate(items):
+        if type(item) is np.ndarray and item.dtype == np.bool_:
+            if len(item) != shape[axis]:
+                raise IndexError(
+                    f"boolean index did not match the array along dimension {axis}: the dimension is "
+                    f"{shape[axis]} long, the boolean index {len(item)}"
+                )
+            items[axis] = item.nonzero()[0]
+    if any(type(item) is slice for item in items):
+        raise IndexError(
+            "index arrays numpy pairs (a[rows, cols] takes a[rows[k], cols[k]]) are not supported with slices "
+            f"or fewer items than the {len(shape)} dimensions: give one integer or index array per dimension, "
+            "or read the slices first and index the result with numpy"
+        )
+    try:
+        np.broadcast_shapes(*(item.shape for item in items if type(item) is np.ndarray))
+    except ValueError:
+        shapes = " ".join(str(item.shape) for item in items if type(item) is np.ndarray)
+        raise IndexError(
+            f"shape mismatch: indexing arrays could not be broadcast together with shapes {shapes}"
+        ) from None
+    return tuple(items)
+
+
+def _check_in_place(selection: tuple[Any, ...], spelled: list[Any]) -> None:
+    """Raises IndexError where numpy moves the one index array's dimension first: integers
+    and the array apart in ``selection`` (a slice or an Ellipsis between them, even one of
+    no dimensions) and a slice before the array once spelled out."""
+    advanced = [position for position, item in enumerate(selection) if type(item) is int or _index_array(item)]
+    apart = advanced[-1] - advanced[0] + 1 != len(advanced)
+    array_axis = next(axis for axis, item in enumerate(spelled) if type(item) is np.ndarray)
+    if apart and any(type(item) is slice for item in spelled[:array_axis]):
+        raise IndexError(
+            "an integer and an index array apart, with a slice before the array: numpy puts the array's "
+            "dimension first (a[0, :, [2, 0]] has the shape (2, n)); not supported: select with a slice of "
+            "length 1 instead of the integer (a[0:1, :, [2, 0]][0]), or transpose the result"
+        )
