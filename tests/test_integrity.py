@@ -552,6 +552,91 @@ def test_recover_drops_damaged_records_and_keeps_the_source(tmp_path: Path, else
     assert source.exists() and report.source == str(source)
 
 
+def member_offsets(path: Path) -> dict[str, int]:
+    """Where each record's first tar header block is (pax headers included)."""
+    from ncore_like.archive._verify import TarMember, scan_tar
+
+    with open(path, "rb") as file:
+        return {item.name: item.offset for item in scan_tar(file) if isinstance(item, TarMember)}
+
+
+LONG_KEY = "long/" + "k" * 120
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+@pytest.mark.parametrize("lost", ["frames/000", "frames/010", LONG_KEY, "unicode/kamera_vorn_üß"])
+def test_recover_goes_on_after_an_unreadable_tar_header(tmp_path: Path, lost: str, elsewhere: bool) -> None:
+    """Damage to a tar header in the middle of the file is not its torn end: every intact
+    record after it is kept; only the damaged one is lost (a record after the damage whose
+    key the ustar field may hold cut short is not kept under that other key), and the
+    unfinished file is kept."""
+    path, data = tmp_path / "r.itar", records()
+    unfinished(path, data)
+    partial = tmp_path / "r.itar.partial"
+    flip(partial, member_offsets(partial)[lost] + 100)  # the mode field: the tar checksum fails
+    target = tmp_path / "copy.itar" if elsewhere else path
+    report = recover(path, target if elsewhere else None)
+    assert report.skipped and all("offset" in what for what in report.skipped)
+    assert not report.damaged and report.records == len(data) - 1
+    recovered = IndexedTarArchive(target, verify_checksums=True)
+    assert {key: recovered[key] for key in recovered.keys()} == {k: v for k, v in data.items() if k != lost}
+    source = tmp_path / ("r.itar.partial" if elsewhere else "r.itar.partial.damaged")
+    assert source.exists() and report.source == str(source)
+
+
+def test_recover_says_what_damage_it_skipped_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, data = tmp_path / "r.itar", records()
+    unfinished(path, data)
+    partial = tmp_path / "r.itar.partial"
+    flip(partial, member_offsets(partial)["frames/005"] + 100)
+    assert cli_main(["recover", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{len(data) - 1} records" in out and "skipped damage: unreadable tar header at offset" in out
+    assert (tmp_path / "r.itar.partial.damaged").exists() and path.exists()
+
+
+def test_recover_refuses_a_file_that_holds_no_archive_and_leaves_it(tmp_path: Path) -> None:
+    partial = tmp_path / "x.itar.partial"
+    content = random.Random(5).randbytes(100_000)
+    partial.write_bytes(content)
+    with pytest.raises(ArchiveFormatError, match=r"x\.itar\.partial.*not the unfinished file of an archive"):
+        recover(tmp_path / "x.itar")
+    assert partial.read_bytes() == content and not (tmp_path / "x.itar").exists()
+
+
+def test_recover_of_a_file_cut_in_the_last_records_padding_drops_nothing(tmp_path: Path) -> None:
+    finished, data = tmp_path / "a.itar", {"x": b"1" * 1000, "y": b"2" * 1000}
+    write(finished, data)
+    end_of_y = BLOCK_SIZE + 1024 + BLOCK_SIZE + 1000  # two headers, x padded, y unpadded
+    (tmp_path / "b.itar.partial").write_bytes(finished.read_bytes()[:end_of_y])
+    report = recover(tmp_path / "b.itar")
+    assert report.records == 2 and report.dropped_bytes == 0 and not report.skipped
+    recovered = IndexedTarArchive(tmp_path / "b.itar", verify_checksums=True)
+    assert {key: recovered[key] for key in recovered.keys()} == data
+
+
+def test_recover_publishes_even_if_the_copied_partial_file_cant_be_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ncore_like.archive._recover as recover_module
+
+    path, data = tmp_path / "r.itar", records()
+    unfinished(path, data)
+
+    source, unlink = str(tmp_path / "r.itar.partial"), os.unlink
+
+    def refuse(name: str) -> None:  # as a read-only folder refuses it
+        if str(name) == source:
+            raise PermissionError(13, "Permission denied", name)
+        unlink(name)
+
+    monkeypatch.setattr(recover_module.os, "unlink", refuse)
+    report = recover(path, tmp_path / "copy.itar")
+    assert any("was not removed (Permission denied)" in note for note in report.notes)
+    recovered = IndexedTarArchive(tmp_path / "copy.itar", verify_checksums=True)
+    assert {key: recovered[key] for key in recovered.keys()} == data
+
+
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_recover_writes_no_consolidated_metadata_for_a_hierarchy_missing_a_parent_group(
     tmp_path: Path, zarr_format: int

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import IO, TYPE_CHECKING
@@ -38,7 +38,7 @@ from .._log import library_logger
 from ..errors import ArchiveExistsError, ArchiveFormatError, NcoreLikeError, UnfinishedArchiveError
 from ._archive import IndexedTarArchive
 from ._checksum import checksum
-from ._format import BLOCK_SIZE, Index, header_checksum
+from ._format import BLOCK_SIZE, Index, header_checksum, parse_tar_header
 from ._location import Location
 from ._verify import TarMember, TarStop, scan_tar
 from ._writer import PARTIAL_SUFFIX, being_written, link_no_clobber, partial_path, recover_command
@@ -70,6 +70,9 @@ class RecoveryReport:
     """Keys of records kept without a checksum to check (written without checksums)."""
     damaged: list[str] = field(default_factory=list)
     """Keys of records dropped because their payload doesn't match their checksum."""
+    skipped: list[str] = field(default_factory=list)
+    """Parts of the file skipped between intact records (an unreadable tar header: the
+    record it began is lost), each said with its offsets."""
     superseded: int = 0
     """Older versions of node metadata records rewritten after a flush (not kept)."""
     end: int = 0
@@ -129,15 +132,46 @@ class _Kept:
 
 
 def _scan(file: IO[bytes], report: RecoveryReport) -> Iterator[_Kept]:
-    """The complete records of the file whose payloads match their checksums, in file order."""
-    for item in scan_tar(file):
+    """The complete records of the file whose payloads match their checksums, in file order.
+    An unreadable tar header with intact records after it is damage, not the torn end of
+    the file: the walk goes on at the next record's header (:func:`_next_header`)."""
+    size = file.seek(0, os.SEEK_END)
+    start = 0
+    while True:
+        stop = yield from _scan_from(file, start, report)
+        following = None if stop.error is None else _next_header(file, stop.offset + BLOCK_SIZE, size)
+        if following is None:
+            if stop.offset == 0 and stop.error is not None and size >= BLOCK_SIZE:
+                raise ArchiveFormatError(
+                    f"not the unfinished file of an archive ({stop.error}, and no record's header after it); "
+                    "left as it is",
+                    archive=report.source,
+                )
+            report.stop = stop.error
+            return
+        report.skipped.append(
+            f"{stop.error}: {following - stop.offset} bytes up to the next record's header at offset {following} "
+            "skipped (the record there is lost)"
+        )
+        logger.warning("%s: %s", report.source, report.skipped[-1])
+        start = following
+
+
+def _scan_from(file: IO[bytes], start: int, report: RecoveryReport) -> Generator[_Kept, None, TarStop]:
+    """:func:`_scan` of the members from ``start`` on, returning where and why the walk
+    stopped. After a skip (``start`` > 0), a record whose key may be cut short (its pax
+    header may be the one skipped) is dropped as damaged rather than kept under another key."""
+    for item in scan_tar(file, start):
         if isinstance(item, TarStop):
-            report.stop = item.error
-            return
+            return item
         member: TarMember = item
+        if start and member.offset == start and not _whole_key(member):
+            report.skipped.append(f"record at offset {member.offset} whose key {member.name!r} may be cut short")
+            continue
         if not member.is_regular:
-            report.stop = f"tar member {member.name!r} at offset {member.offset} is no record (not a regular file)"
-            return
+            return TarStop(
+                member.offset, f"tar member {member.name!r} at offset {member.offset} is no record (not a regular file)"
+            )
         file.seek(member.offset_data - BLOCK_SIZE)
         stored = header_checksum(file.read(BLOCK_SIZE))
         actual = _payload_checksum(file, member.offset_data, member.size)
@@ -152,6 +186,47 @@ def _scan(file: IO[bytes], report: RecoveryReport) -> Iterator[_Kept]:
             continue
         report.end = member.end
         yield _Kept(member.name, member.offset_data, member.size, actual)
+    raise AssertionError("scan_tar ends with a TarStop")  # never reached
+
+
+def _whole_key(member: TarMember) -> bool:
+    """True unless ``member``'s name may be the ustar field's cut-down copy of a longer or
+    non-ASCII key (whose pax header came before it)."""
+    if member.offset_data - member.offset > BLOCK_SIZE:  # its own pax header was read
+        return True
+    return len(member.name) < 100 and member.name.isascii() and "?" not in member.name
+
+
+def _next_header(file: IO[bytes], start: int, size: int) -> int | None:
+    """The offset of the first readable tar header at or after ``start`` (on a block
+    boundary) that carries a payload checksum, as the headers of records do: where intact
+    records go on after damage. None if there is none (the damage is the file's torn end)."""
+    start += -start % BLOCK_SIZE
+    magic = b"ustar"
+    for offset in range(start, size, _READ_PIECE):
+        file.seek(offset)
+        piece = file.read(_READ_PIECE + BLOCK_SIZE)  # a header across the pieces' border too
+        found = piece.find(magic)
+        while 0 <= found < _READ_PIECE:
+            block_start = found - _MAGIC_AT
+            if block_start >= 0 and block_start % BLOCK_SIZE == 0:
+                block = piece[block_start : block_start + BLOCK_SIZE]
+                if len(block) == BLOCK_SIZE and _is_record_header(block):
+                    return offset + block_start
+            found = piece.find(magic, found + 1)
+    return None
+
+
+#: Where the ustar magic lies in a header block.
+_MAGIC_AT = 257
+
+
+def _is_record_header(block: bytes) -> bool:
+    try:
+        parse_tar_header(block)
+    except ArchiveFormatError:
+        return False
+    return header_checksum(block) is not None or block[156:157] in (b"x", b"L")
 
 
 def recover_records(
@@ -200,7 +275,7 @@ def recover_records(
                 report.superseded += 1
                 del latest[kept.key]  # the newer version takes the older one's place in key order
             latest[kept.key] = kept
-    report.dropped_bytes = size - report.end
+    report.dropped_bytes = max(0, size - report.end)  # a file cut in the last record's padding: nothing
     records = sorted(latest.values(), key=lambda kept: kept.offset)
     report.records = len(records)
     report.record_bytes = sum(kept.size for kept in records)
@@ -212,7 +287,7 @@ def recover_records(
     )
     _log_scan(report)
     in_place = os.path.realpath(target) == os.path.realpath(final)
-    if in_place and not report.damaged:
+    if in_place and not (report.damaged or report.skipped):
         logger.info("%s: finished in place (the records are not copied), published as %s", partial, final)
         return IndexedTarArchive._resume(final, report.end, index), report
     source = partial
@@ -221,7 +296,7 @@ def recover_records(
         # one moves aside (kept, never deleted by recovery).
         source = _move_aside(partial)
         report.source = source
-        report.notes.append(f"the unfinished file with damaged records was kept as {source}")
+        report.notes.append(f"the unfinished file with damaged parts was kept as {source}")
     logger.info("%s: the records kept are copied to %s", source, target)
     return _copy(source, target, records), report
 
@@ -255,12 +330,19 @@ def remove_copied_source(report: RecoveryReport) -> None:
     file they were copied from, which holds nothing more (a file with damaged records is
     kept; in-place recovery consumed its file already)."""
     in_place = os.path.realpath(report.source) == os.path.realpath(partial_path(report.archive))
-    if in_place or report.damaged or not report.source.endswith(PARTIAL_SUFFIX):
+    if in_place or report.damaged or report.skipped or not report.source.endswith(PARTIAL_SUFFIX):
         return
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.unlink(report.source)
-        report.notes.append(f"removed {report.source}: its records are all in {report.archive}")
-        logger.info("%s removed: its records are all in %s", report.source, report.archive)
+    except FileNotFoundError:
+        return
+    except OSError as error:  # e.g. a read-only folder: the archive is published all the same
+        report.notes.append(
+            f"{report.source} was not removed ({error.strerror}); its records are all in {report.archive}"
+        )
+        return
+    report.notes.append(f"removed {report.source}: its records are all in {report.archive}")
+    logger.info("%s removed: its records are all in %s", report.source, report.archive)
 
 
 def _copy(partial: str, target: str, records: list[_Kept]) -> IndexedTarArchive:

@@ -213,9 +213,10 @@ class _Reader:
         return self._file.read(size)
 
 
-def scan_tar(file: IO[bytes]) -> Iterator[TarMember | TarStop]:
-    """Walks the tar headers of ``file`` (binary, seekable) from offset 0: yields every
-    member, then a :class:`TarStop`, always the last item.
+def scan_tar(file: IO[bytes], start: int = 0) -> Iterator[TarMember | TarStop]:
+    """Walks the tar headers of ``file`` (binary, seekable) from offset ``start`` (0: the
+    file's beginning; else a header found by the caller): yields every member, then a
+    :class:`TarStop`, always the last item.
 
     Understands ustar, v7 and GNU headers, pax extended headers (``x``, and global ``g``
     ones) and GNU long names (``L``); the sizes of members without data (links,
@@ -227,7 +228,7 @@ def scan_tar(file: IO[bytes]) -> Iterator[TarMember | TarStop]:
     """
     reader = _Reader(file)
     shared: dict[str, str] = {}  # the records of global pax headers, for all later members
-    offset = 0
+    offset = start
     while True:
         item = _next_member(reader, offset, shared)
         yield item

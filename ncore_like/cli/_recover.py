@@ -46,6 +46,7 @@ def summary(report: RecoveryReport) -> list[str]:
     if report.dropped_bytes:
         why = f": {report.stop}" if report.stop else ""
         lines.append(f"dropped the last {format_bytes(report.dropped_bytes)} (an unfinished record{why})")
+    lines += [f"skipped damage: {what}" for what in report.skipped]
     if report.damaged:
         shown = ", ".join(report.damaged[:5]) + (
             f" and {len(report.damaged) - 5} more" if len(report.damaged) > 5 else ""
@@ -70,4 +71,4 @@ def run(args: argparse.Namespace) -> int:
         print_json(asdict(report))
     else:
         print("\n".join(summary(report)))
-    return 0
+    return 1 if report.damaged or report.skipped else 0  # published, but records were lost to damage
