@@ -18,7 +18,7 @@ import cbor2
 import crc32c
 import pytest
 
-from ncore_like import ArchiveFormatError, IndexedTarArchive
+from ncore_like import ArchiveFormatError, ChecksumError, IndexedTarArchive
 from ncore_like.archive import _reading, _table
 from ncore_like.archive._format import BLOCK_SIZE, INDEX_HEADER_FORMAT, encode_index, padding
 from ncore_like.archive._table import (
@@ -141,10 +141,61 @@ def test_a_damaged_table_falls_back_to_the_xz_index(
     with caplog.at_level(logging.WARNING, logger="ncore_like.archive.index"):
         archive = IndexedTarArchive(tmp_path / "b.itar")
     assert {key: archive[key] for key in records} == records
-    assert not archive.has_checksums  # the xz index carries none: reads can't be checked
+    # The xz index carries no checksums: they come from the records' tar headers.
+    assert archive.has_checksums and archive.verify_checksums
     assert any(str(tmp_path / "b.itar") in message and "damaged record table" in message for message in caplog.messages)
     report = verify_archive(archive)
     assert any("damaged record table" in problem.message for problem in report.problems)
+
+
+DAMAGED_POINTERS = {"magic": 0, "table offset": 4, "table size": 12}
+
+
+@pytest.mark.parametrize("field", DAMAGED_POINTERS)
+@pytest.mark.parametrize("where", ["pointer", "table"])
+def test_damaged_bytes_are_never_served_when_the_table_or_its_pointer_is_damaged(
+    tmp_path: Path, field: str, where: str
+) -> None:
+    """The records' checksums live in the record table; a damaged table or pointer must not
+    turn their checks off: a second fault in a payload is found (the tar headers' CRC32C)."""
+    records = sample(40)
+    write(tmp_path / "a.itar", records)
+    raw = bytearray((tmp_path / "a.itar").read_bytes())
+    pointer = pointer_of(bytes(raw))
+    if where == "pointer":
+        raw[len(raw) - BLOCK_SIZE + POINTER_START + DAMAGED_POINTERS[field]] ^= 0x01
+    else:
+        raw[pointer.offset + pointer.size // 2] ^= 0x10
+    victim = next(key for key in records if len(records[key]) > 10)
+    raw[IndexedTarArchive(tmp_path / "a.itar").records[victim].offset + 5] ^= 0x01
+    (tmp_path / "b.itar").write_bytes(raw)
+    archive = IndexedTarArchive(tmp_path / "b.itar")
+    with pytest.raises(ChecksumError, match=rf"b\.itar.*{victim}"):
+        archive[victim]
+    assert {key: archive[key] for key in records if key != victim} == {k: v for k, v in records.items() if k != victim}
+    problems = [problem.message for problem in verify_archive(archive).problems]
+    assert any(victim in message for message in problems)
+    # (a pointer with a plausible size or offset leads to bytes that fail the table's CRC32C)
+    assert any("pointer" in message or "damaged record table" in message for message in problems)
+    unverified = IndexedTarArchive(tmp_path / "b.itar", verify_checksums=False)  # still readable so, if asked
+    assert unverified[victim] != records[victim]
+
+
+def test_a_remote_archive_with_a_damaged_table_is_refused_unless_unverified_reads_are_asked(tmp_path: Path) -> None:
+    import fsspec
+
+    records = sample(20)
+    write(tmp_path / "a.itar", records)
+    raw = bytearray((tmp_path / "a.itar").read_bytes())
+    raw[len(raw) - BLOCK_SIZE + POINTER_START] ^= 0x01
+    fsspec.filesystem("memory").pipe("/damaged/b.itar", bytes(raw))
+    try:
+        with pytest.raises(ArchiveFormatError, match=r"b\.itar.*record table.*damaged.*verify_checksums=False"):
+            IndexedTarArchive("memory://damaged/b.itar")
+        archive = IndexedTarArchive("memory://damaged/b.itar", verify_checksums=False)
+        assert {key: archive[key] for key in records} == records
+    finally:
+        fsspec.filesystem("memory").rm("/damaged", recursive=True)
 
 
 @pytest.fixture(params=["numpy", "python"])

@@ -30,13 +30,14 @@ from ._format import (
     decode_index,
     foreign_file,
     has_index_magic,
+    header_checksum,
     unpack_index_header,
 )
 from ._location import Location
 from ._records import RETENTIONS, ArchiveBase, IndexTailRetention, Record, RecordTable, clipped
 from ._retry import RetryPolicy
 from ._sources import LocalSource, RecordSource
-from ._table import TablePointer, decode_records, unpack_table_pointer
+from ._table import TablePointer, decode_records, pointer_damaged, unpack_table_pointer
 
 if TYPE_CHECKING:
     from ._cache import CachedSource, CacheOption, RecordCache
@@ -132,6 +133,8 @@ class _Opening(NamedTuple):
     index_data: bytes | None
     table: TablePointer | None
     table_data: bytes | None
+    pointer_damaged: bool = False
+    """Something that isn't a table pointer where one goes (see :func:`pointer_damaged`)."""
 
     @classmethod
     def of(cls, tail: bytes, file_size: int | None, name: str) -> _Opening:
@@ -157,7 +160,8 @@ class _Opening(NamedTuple):
         if table is not None and table.offset >= tail_start:
             start = table.offset - tail_start
             table_data = tail[start : start + table.size]
-        return cls(header, file_size, index_data, table, table_data)
+        damaged = table is None and pointer_damaged(tail, header.offset)
+        return cls(header, file_size, index_data, table, table_data, damaged)
 
 
 def _holds_head(tail: bytes, file_size: int | None) -> bool:
@@ -229,6 +233,32 @@ def _from_table(data: bytes, opening: _Opening, name: str) -> RecordTable | None
         return None
     _decoded_indices.put((pointer.offset, data), table)
     return table
+
+
+#: The checksum of a record whose tar header holds none: no payload matches it.
+_NO_CRC = -1
+
+
+def _checked_fallback(table: RecordTable, source: RecordSource, options: ReadOptions, name: str) -> RecordTable:
+    """The records of the xz index of an archive whose record table couldn't be read (a
+    damaged table or pointer). Its checksums are in the table, not the index: read as it is,
+    the archive would hand out unverified bytes. A local archive's records get the CRC32C of
+    their tar headers (a block read per record; a header without one: a mismatch on reading);
+    a remote one is refused unless ``verify_checksums=False``."""
+    if table.crcs is not None or options.verify_checksums is False:
+        return table
+    if not isinstance(source, LocalSource):
+        raise ArchiveFormatError(
+            "its record table, which holds the records' checksums, is damaged: open it with "
+            "verify_checksums=False to read it unverified; `ncore-like verify` says more",
+            archive=name,
+        )
+    crcs = [header_checksum(source.read(offset - BLOCK_SIZE, BLOCK_SIZE)) for offset in table.offsets]
+    logger.warning("%s: its record table is damaged: the records' checksums come from their tar headers", name)
+    index = Index(
+        list(table.keys), list(table.offsets), list(table.sizes), [_NO_CRC if crc is None else crc for crc in crcs]
+    )
+    return RecordTable(index)
 
 
 def _unique(index: Index, name: str) -> RecordTable:
@@ -329,6 +359,8 @@ class ReadingArchive(ArchiveBase):
                 if index_data is None:
                     index_data = source.read(header.offset, header.size)
                 table = _decoded(index_data, header, name)
+                if pointer is not None or opening.pointer_damaged:
+                    table = _checked_fallback(table, source, options, name)
         except BaseException:
             source.close()
             raise
@@ -367,6 +399,8 @@ class ReadingArchive(ArchiveBase):
                 if index_data is None:
                     index_data = await source.read_async(header.offset, header.size)
                 table = _decoded(index_data, header, location.name)
+                if pointer is not None or opening.pointer_damaged:
+                    table = _checked_fallback(table, source, options, location.name)  # remote: no reads
             archive = cls._opened(location, options, table, source, tail, opening)
             await archive._prefetch_async(tuple(prefetch_keys))
         except BaseException:

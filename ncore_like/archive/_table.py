@@ -19,9 +19,10 @@ order. Offsets are a cumulative sum of gaps and padded sizes.
 Archives written without checksums carry no table (they are byte for byte what nvidia-ncore
 writes). The CRC32C list moves from the xz index into the table (the index then holds the three lists
 nvidia-ncore knows), so the two together stay within twice the size of the index alone.
-A table whose CRC32C (in the pointer) doesn't match, or that doesn't decode, is ignored
-for the xz index, and the archive is read as nvidia-ncore writes them (without checksums
-if its index carries none); ``verify`` reports it.
+A table whose CRC32C (in the pointer) doesn't match, or that doesn't decode, or a damaged
+pointer, is ignored for the xz index; the records' checksums then come from their tar
+headers (local archives: a block read per record), or a remote archive is refused unless
+checksums aren't verified; ``verify`` reports the damage.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "decode_table",
     "encode_index_tail",
     "pack_table_pointer",
+    "pointer_damaged",
     "unpack_table_pointer",
 ]
 
@@ -87,6 +89,17 @@ def unpack_table_pointer(block: bytes | memoryview, index_offset: int) -> TableP
     if magic != _POINTER_MAGIC or offset % BLOCK_SIZE or size < _TABLE_HEAD.size or offset + size > index_offset:
         return None
     return TablePointer(offset, size, crc)
+
+
+def pointer_damaged(block: bytes | memoryview, index_offset: int) -> bool:
+    """True if the index header block (the last 512 bytes of ``block``) holds something where
+    the table pointer goes that isn't a pointer (nvidia-ncore's blocks hold zeros there): a
+    damaged pointer, which must not be taken for an archive without a record table."""
+    start = len(block) - BLOCK_SIZE + POINTER_START
+    if start < POINTER_START:
+        return False
+    region = bytes(block[start : start + _POINTER.size])
+    return any(region) and unpack_table_pointer(block, index_offset) is None
 
 
 def encode_table(

@@ -48,7 +48,7 @@ from ._format import (
     parse_tar_header,
     tar_data_size,
 )
-from ._table import decode_table, unpack_table_pointer
+from ._table import decode_table, pointer_damaged, unpack_table_pointer
 
 __all__ = [
     "READ_ERRORS",
@@ -441,6 +441,9 @@ def _check_index_copies(file: IO[bytes], archive: IndexedTarArchive) -> list[Pro
     block = file.read(BLOCK_SIZE)
     pointer = unpack_table_pointer(block, index_record.offset) if len(block) == BLOCK_SIZE else None
     if pointer is None:
+        if len(block) == BLOCK_SIZE and pointer_damaged(block, index_record.offset):
+            return [Problem("the record table's pointer in the index header block is damaged (the records' "
+                            "checksums were taken from their tar headers)")]  # fmt: skip
         return []
     file.seek(pointer.offset)
     table_data = file.read(pointer.size)
