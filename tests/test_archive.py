@@ -114,6 +114,49 @@ def test_written_archive_is_a_tar_that_gnu_tar_lists_and_extracts(tmp_path: Path
     assert offsets == {key: archive.records[key].offset for key in archive}
 
 
+def test_archives_dropped_without_close_give_their_descriptors_back(tmp_path: Path) -> None:
+    """``IndexedTarZarrStore(path).open_root_group().array("a").read()`` in a loop must not run
+    out of file descriptors: a collected reader closes its file."""
+    import gc
+
+    import numpy as np
+
+    from ncore_like import IndexedTarZarrStore
+
+    with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+        store.create_root_group({}).create_array("a", np.arange(10))
+        store.consolidate()
+
+    def descriptors() -> int:
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    for _ in range(50):
+        np.testing.assert_array_equal(
+            IndexedTarZarrStore(tmp_path / "a.itar").open_root_group().array("a").read(), np.arange(10)
+        )
+        IndexedTarArchive(tmp_path / "a.itar")["a/0"]  # the archive alone too
+    assert descriptors() <= before + 2  # (a few may be the test machinery's)
+    kept = IndexedTarArchive(tmp_path / "a.itar")  # a live reader keeps its file
+    assert kept.keys() and descriptors() >= before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_named_pipe_or_a_device_is_refused_without_waiting(tmp_path: Path, kind: str) -> None:
+    """Opening a FIFO for reading would wait for a writer forever; a device is no archive
+    either (``/dev/zero`` read as an empty file)."""
+    if kind == "fifo":
+        path = tmp_path / "f.itar"
+        os.mkfifo(path)
+        what = r"a named pipe \(FIFO\)"
+    else:
+        path, what = Path("/dev/zero"), "a character device"
+    with pytest.raises(OSError, match=f"is {what}, not an indexed tar archive") as raised:
+        IndexedTarArchive(path)
+    assert raised.value.filename == str(path)
+
+
 def test_empty_archive_round_trip(tmp_path: Path) -> None:
     IndexedTarArchive(tmp_path / "e.itar", mode="w").close()
     archive = IndexedTarArchive(tmp_path / "e.itar")

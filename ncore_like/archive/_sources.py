@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import stat
+import weakref
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -100,12 +101,22 @@ class LocalSource:
     def __init__(self, path: str) -> None:
         self._path = path
         self._fd = self._open()
+        # A source dropped without close() (an archive opened in an expression and never
+        # closed) gives its descriptor back when it is collected, not at the process's end.
+        self._closer = weakref.finalize(self, os.close, self._fd)
 
     def _open(self) -> int:
-        fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
+        # Not blocking: opening a FIFO for reading would wait for a writer, forever.
+        fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
             os.close(fd)
-            raise IsADirectoryError(21, "is a directory, not an indexed tar archive", self._path)
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(21, "is a directory, not an indexed tar archive", self._path)
+            raise OSError(
+                errno.EINVAL, f"is {_file_kind(mode)}, not an indexed tar archive (a regular file)", self._path
+            )
+        os.set_blocking(fd, True)
         return fd
 
     @property
@@ -161,14 +172,25 @@ class LocalSource:
         return False
 
     def reopen(self) -> None:
-        old, self._fd = self._fd, self._open()
+        fd = self._open()
+        self._closer.detach()
+        old, self._fd = self._fd, fd
+        self._closer = weakref.finalize(self, os.close, fd)
         if old >= 0:
             os.close(old)
 
     def close(self) -> None:
+        self._closer.detach()
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that isn't a regular one is, in words."""
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    return next((kind for test, kind in kinds if test(mode)), "no regular file")
 
 
 # -- failures of remote storage --------------------------------------------------------------
