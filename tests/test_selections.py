@@ -5,6 +5,7 @@ the fast path is seen in the backend's counts)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,42 @@ def test_index_arrays_are_read_as_numpy_and_left_as_given(
         assert result.shape == expected.shape and np.array_equal(result, expected)
     after = [item for item in selection if type(item) is np.ndarray]
     assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(given, after, strict=True))
+
+
+@st.composite
+def stepped_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """Basic selections whose slices take any step, negative ones included."""
+    items: list[Any] = []
+    for size in shape[: draw(st.integers(1, len(shape)))]:
+        if draw(st.booleans()):
+            items.append(draw(st.integers(-size, size - 1)))
+        else:
+            bound = st.none() | st.integers(-size - 2, size + 2)
+            items.append(slice(draw(bound), draw(bound), draw(st.sampled_from([-3, -2, -1, 2, 3]))))
+    if draw(st.booleans()):
+        items.insert(draw(st.integers(0, len(items))), Ellipsis)
+    return tuple(items)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_slices_of_any_step_read_as_numpy_by_every_read(arrays: dict[str, Any], data: st.DataObject) -> None:
+    """``read``, ``read(out=)``, ``[]`` and ``read_async`` alike: negative steps as numpy takes
+    them (read with a positive step and flipped)."""
+    for name in ("block", "parts"):
+        array, values = arrays[name]
+        selection = data.draw(stepped_selections(values.shape), label=name)
+        try:
+            expected = values[selection]
+        except IndexError:  # an int the Ellipsis moved out of bounds
+            with pytest.raises(IndexError, match=f"array '{name}' of "):
+                array.read(selection)
+            continue
+        out = np.empty(expected.shape, values.dtype)
+        results = (array.read(selection), array[selection], asyncio.run(array.read_async(selection)))
+        assert array.read(selection, out=out) is out
+        for result in (*results, out):
+            assert result.shape == expected.shape and np.array_equal(result, expected), selection
 
 
 @pytest.mark.parametrize("index", [5, -3, np.int64(5), np.uint8(5), np.int16(-3), np.array(5), np.array(-3, np.int32)])

@@ -102,9 +102,24 @@ class _ChunkWriter(NamedTuple):
 
 
 def _has_negative_step(selection: Selection) -> bool:
-    """True if ``selection`` (any form) has a slice of negative step."""
-    items = selection if type(selection) is tuple else (selection,)
-    return any(type(item) is slice and item.step is not None and item.step < 0 for item in items)
+    """True if ``selection`` (any form) has a slice of negative step (a loop: this runs on
+    every read of a tuple, ``poses[t, :3]`` included)."""
+    if type(selection) is slice:
+        return selection.step is not None and selection.step < 0
+    if type(selection) is tuple:
+        for item in selection:
+            if type(item) is slice and item.step is not None and item.step < 0:
+                return True
+    return False
+
+
+def _flipped(result: NDArray, axes: set[int], out: NDArray | None) -> NDArray:
+    """``result`` reversed along ``axes`` (a view), or copied so into ``out``."""
+    flipped = result[tuple(slice(None, None, -1) if axis in axes else slice(None) for axis in range(result.ndim))]
+    if out is None:
+        return flipped
+    out[...] = flipped
+    return out
 
 
 def _negative_steps(selection: Selection, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], set[int]] | None:
@@ -225,16 +240,8 @@ class Array(_ArrayNode):
         return shape[0]
 
     def __getitem__(self, selection: Selection) -> NDArray:
-        """``array[selection]``: :meth:`read`, also with slices of negative steps (as numpy:
-        the range is read with a positive step and flipped)."""
-        if type(selection) is int or not _has_negative_step(selection):  # read() makes it canonical
-            return self.read(selection)
-        flips = _negative_steps(canonical(selection), self.shape)
-        if flips is None:
-            return self.read(selection)
-        positive, axes = flips
-        result = self.read(positive)
-        return result[tuple(slice(None, None, -1) if axis in axes else slice(None) for axis in range(result.ndim))]
+        """``array[selection]``: :meth:`read`."""
+        return self.read(selection)
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> NDArray:
         """The values as a numpy array (``numpy.asarray(array)``), read through the backend.
@@ -374,6 +381,10 @@ class Array(_ArrayNode):
             row = reader(selection, out)
             if row is not None:
                 return row  # read-only unless it is out
+        elif _has_negative_step(selection):
+            flipped = self._read_flipped(selection, out)
+            if flipped is not None:
+                return flipped
         # The error handling is written out: a context manager costs a noticeable share of
         # a one-chunk read.
         if out is not None:
@@ -387,9 +398,28 @@ class Array(_ArrayNode):
             raise named from error
         return self._finish(result, out)
 
+    def _read_flipped(self, selection: Selection, out: NDArray | None) -> NDArray | None:
+        """:meth:`read` of a basic selection with slices of negative step, as numpy reads it:
+        the range read with a positive step, then flipped; None for other selections (the
+        general path raises their errors)."""
+        flips = _negative_steps(selection, self.shape)
+        if flips is None:
+            return None
+        positive, axes = flips
+        if out is not None:
+            self._checked_out(out, self._shape_of(positive))
+        return _flipped(self.read(positive), axes, out)
+
     async def read_async(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:
         """:meth:`read` without blocking the running event loop; concurrent reads (e.g. with
         ``asyncio.gather``) overlap their I/O and decoding."""
+        if _has_negative_step(selection):
+            flips = _negative_steps(canonical(selection), self.shape)
+            if flips is not None:
+                positive, axes = flips
+                if out is not None:
+                    self._checked_out(out, self._shape_of(positive))
+                return _flipped(await self.read_async(positive), axes, out)
         if out is not None:
             self._checked_out(out, self._shape_of(selection))
         try:
