@@ -254,6 +254,16 @@ def test_index_arrays_are_read_as_numpy_and_left_as_given(
     assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(given, after, strict=True))
 
 
+@pytest.mark.parametrize("selection", [np.ones(5, bool), [True, False], (slice(None), np.ones(3, bool))])
+@pytest.mark.parametrize("name", ["block", "parts"])
+def test_a_mask_of_another_length_than_its_dimension_says_so(arrays: dict[str, Any], name: str, selection: Any) -> None:
+    array, values = arrays[name]
+    with pytest.raises(IndexError):
+        values[selection]
+    with pytest.raises(IndexError, match=f"array '{name}' of .*boolean index did not match the array along dim"):
+        array.read(selection)
+
+
 @st.composite
 def stepped_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any, ...]:
     """Basic selections whose slices take any step, negative ones included."""

@@ -181,6 +181,7 @@ class Backend:
                 batch = self._row_batch(array, selection[0], state)
                 if batch is not None:
                     return (len(batch[0]), *shape)
+        if type(selection) is tuple or type(selection) in _ROW_BATCHES:
             selection = paired_arrays(selection, self._array_shape(array))
         fast = self._fast(array, selection, state)
         if not isinstance(fast, str):
@@ -588,6 +589,7 @@ class Backend:
             values = self._read_row_part(array, selection, out, state)
             if values is not None:
                 return values
+        if type(selection) is tuple or type(selection) in _ROW_BATCHES:
             selection = paired_arrays(selection, self._array_shape(array))
         fast = self._fast(array, selection, state)
         if isinstance(fast, str):

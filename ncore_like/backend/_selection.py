@@ -175,7 +175,9 @@ def paired_arrays(selection: Any, shape: tuple[int, ...]) -> Any:
             fewer items than dimensions), an index array's dimension numpy moves first.
     """
     if type(selection) is not tuple:
-        return _index_values(selection) if type(selection) is np.ndarray and selection.ndim else selection
+        if not (_index_array(selection) and np.ndim(selection) == 1):
+            return selection
+        selection = (selection,)  # rows by index or a mask: checked as the first item
     arrays = [position for position, item in enumerate(selection) if _index_array(item)]
     if not arrays:
         return selection
@@ -185,17 +187,18 @@ def paired_arrays(selection: Any, shape: tuple[int, ...]) -> Any:
     if spelled is None:
         return selection  # zarr-python's error
     items = [_index_values(item) if _index_array(item) else item for item in spelled]
+    masks = [axis for axis, item in enumerate(items) if type(item) is np.ndarray and item.dtype == np.bool_]
+    for axis in masks:
+        if len(items[axis]) != shape[axis]:
+            raise IndexError(
+                f"boolean index did not match the array along dimension {axis}: the dimension is "
+                f"{shape[axis]} long, the boolean index {len(items[axis])}"
+            )
     if len(arrays) == 1:
         _check_in_place(selection, items)
         return tuple(items)
-    for axis, item in enumerate(items):
-        if type(item) is np.ndarray and item.dtype == np.bool_:
-            if len(item) != shape[axis]:
-                raise IndexError(
-                    f"boolean index did not match the array along dimension {axis}: the dimension is "
-                    f"{shape[axis]} long, the boolean index {len(item)}"
-                )
-            items[axis] = item.nonzero()[0]
+    for axis in masks:
+        items[axis] = items[axis].nonzero()[0]
     if any(type(item) is slice for item in items):
         raise IndexError(
             "index arrays numpy pairs (a[rows, cols] takes a[rows[k], cols[k]]) are not supported with slices "
