@@ -157,6 +157,20 @@ def test_a_named_pipe_or_a_device_is_refused_without_waiting(tmp_path: Path, kin
     assert raised.value.filename == str(path)
 
 
+def test_opening_an_archive_whose_writer_never_finished_names_the_partial_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.itar"
+    writer = IndexedTarArchive(path, mode="w")
+    writer["x"] = b"1"
+    writer.flush()  # never closed: only s.itar.partial exists
+    with pytest.raises(FileNotFoundError, match=r"s\.itar\.partial is beside it.*ncore-like recover") as raised:
+        IndexedTarArchive(path)
+    assert raised.value.filename == str(path)
+    writer.abort()
+    with pytest.raises(FileNotFoundError) as plain:
+        IndexedTarArchive(path)
+    assert "partial" not in str(plain.value)
+
+
 def test_empty_archive_round_trip(tmp_path: Path) -> None:
     IndexedTarArchive(tmp_path / "e.itar", mode="w").close()
     archive = IndexedTarArchive(tmp_path / "e.itar")

@@ -107,7 +107,20 @@ class LocalSource:
 
     def _open(self) -> int:
         # Not blocking: opening a FIFO for reading would wait for a writer, forever.
-        fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            from ._writer import partial_path, recover_command  # the error's path only: readers don't load it
+
+            partial = partial_path(self._path)
+            if not os.path.isfile(partial):
+                raise
+            raise FileNotFoundError(
+                errno.ENOENT,
+                f"no such file, but {os.path.basename(partial)} is beside it: the unfinished archive of a writer "
+                f"that is still running or died (if it died: `{recover_command(partial, self._path)}`)",
+                self._path,
+            ) from None
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
