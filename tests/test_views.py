@@ -200,6 +200,39 @@ def test_damaged_node_metadata_in_a_view_is_a_clear_error(tmp_path: Path) -> Non
         root.array("y")
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_chunks_of_size_0_in_node_metadata_are_a_clear_error(tmp_path: Path, zarr_format: int) -> None:
+    """No writer makes them (a grid of such chunks has no end): a damaged or crafted
+    document, refused naming the node, the file and the problem, by reads and the commands."""
+    import subprocess
+    import sys
+
+    from ncore_like import IndexedTarArchive
+
+    path = tmp_path / "z.itar"
+    common = {"zarr_format": zarr_format, "shape": [100], "fill_value": 0}
+    if zarr_format == 2:
+        document = {**common, "chunks": [0], "dtype": "<i4", "compressor": None, "order": "C", "filters": None}
+        root, node = (".zgroup", b'{"zarr_format": 2}'), "x/.zarray"
+    else:
+        document = {**common, "node_type": "array", "data_type": "int32", "codecs": [{"name": "bytes"}],
+                    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [0]}},
+                    "chunk_key_encoding": {"name": "default"}}  # fmt: skip
+        root, node = ("zarr.json", b'{"zarr_format": 3, "node_type": "group"}'), "x/zarr.json"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive[root[0]] = root[1]
+        archive[node] = json.dumps(document).encode()
+    problem = r"node 'x' can't be understood \(chunks \[0\] hold a size of 0\)"
+    with pytest.raises(NodeMetadataError, match=rf"z\.itar: the metadata of {problem}"):
+        IndexedTarZarrStore(path).open_root_group(consolidated=False).array("x").read()
+    for command in ("tree", "cat"):
+        done = subprocess.run(
+            [sys.executable, "-m", "ncore_like", command, str(path), *(["x"] if command == "cat" else [])],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 1 and "Traceback" not in done.stderr and "size of 0" in done.stderr
+
+
 def test_a_v2_array_without_dimension_separator_reads_its_chunks_on_the_fast_path(tmp_path: Path) -> None:
     # zarr-python before 2.8 wrote no ``dimension_separator``: "." is meant (the keys "x/1.2").
     written, path = tmp_path / "written.itar", tmp_path / "old.itar"

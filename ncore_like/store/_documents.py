@@ -179,6 +179,8 @@ def array_layout(document: Mapping[str, Any], zarr_format: ZarrFormat, prefix: s
         chunks = _int_tuple((grid.get("configuration") or {}).get("chunk_shape"), "chunk shape")
     if len(chunks) != len(shape):
         raise ValueError(f"chunks {list(chunks)} don't match the shape {list(shape)}")
+    if 0 in chunks:  # zarr-python writes none (a grid of such chunks has no end)
+        raise ValueError(f"chunks {list(chunks)} hold a size of 0")
     if zarr_format == 2:
         return _v2_layout(document, shape, chunks, prefix)
     return _v3_layout(document, shape, chunks, prefix)
