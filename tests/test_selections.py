@@ -264,6 +264,16 @@ def test_a_mask_of_another_length_than_its_dimension_says_so(arrays: dict[str, A
         array.read(selection)
 
 
+@pytest.mark.parametrize("selection", [slice(None, None, 0), (0, slice(1, 2, 0))], ids=["a[::0]", "a[0, 1:2:0]"])
+def test_a_step_of_zero_is_numpys_error_with_the_array_named(arrays: dict[str, Any], selection: Any) -> None:
+    array, values = arrays["block"]
+    with pytest.raises(ValueError):
+        values[selection]
+    for read in (array.read, array.__getitem__):
+        with pytest.raises(ValueError, match=r"array 'block' of .*a\.itar: slice step cannot be zero"):
+            read(selection)
+
+
 @st.composite
 def stepped_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any, ...]:
     """Basic selections whose slices take any step, negative ones included."""

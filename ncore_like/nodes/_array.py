@@ -39,10 +39,9 @@ Selection = Any  # ints, slices, Ellipsis, index lists, masks, tuples of them (a
 NDArray = np.ndarray[Any, Any]
 
 
-#: Errors of invalid selections, re-raised with the array and its store named.
-_SELECTION_ERRORS = (IndexError, TypeError)
-#: Errors of writes (a selection, data that doesn't fit it), re-raised so too.
-_WRITE_ERRORS = (IndexError, TypeError, ValueError)
+#: Errors of invalid selections (and of data that doesn't fit a write), re-raised with the
+#: array and its store named (``a[::0]``: ValueError).
+_SELECTION_ERRORS = (IndexError, TypeError, ValueError)
 #: A batch of new chunk records goes to the store when it holds this many bytes or records
 #: (large records go alone: batching only saves per-record Python work).
 _WRITE_BATCH_BYTES = 256 << 10
@@ -70,7 +69,10 @@ def _fitted(data: npt.ArrayLike, shape: tuple[int, ...], dtype: np.dtype[Any] | 
 
 def _named(error: BaseException, where: str) -> BaseException:
     """``error`` as the same class (so callers catch what zarr-python raises) with the array
-    and its store named; ``error`` itself if its class takes another constructor."""
+    and its store named; ``error`` itself if it is the library's own (which names its archive
+    already) or its class takes another constructor."""
+    if isinstance(error, NcoreLikeError):
+        return error
     try:
         return type(error)(f"{where}: {error}")
     except Exception:
@@ -462,9 +464,7 @@ class Array(_ArrayNode):
         """
         try:
             self._write(selection, data)
-        except _WRITE_ERRORS as error:
-            if isinstance(error, NcoreLikeError):  # names its archive already
-                raise
+        except _SELECTION_ERRORS as error:
             named = _named(error, self._where())
             if named is error:
                 raise
