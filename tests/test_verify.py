@@ -669,3 +669,22 @@ def test_verify_archive_checks_every_checksum_whatever_the_archive_verifies(
     report = verify_archive(archive)
     assert not report.ok
     assert [(problem.key, "CRC32C" in problem.message) for problem in report.problems] == [(key, True)]
+
+
+@pytest.mark.parametrize("bad", ["../evil", "/etc/evil", "a/./b"])
+def test_verify_reports_keys_no_writer_makes(tmp_path: Path, bad: str) -> None:
+    """A crafted index may name a record ``../evil``: readers serve it, ``extract`` refuses it,
+    and ``verify`` says what is wrong with it."""
+    path = tmp_path / "a.itar"
+    with IndexedTarArchive(path, mode="w", checksums=False) as archive:
+        archive["good"] = b"1"
+        archive["renamed"] = b"2"
+
+    def rename(keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+        keys[keys.index("renamed")] = bad
+
+    rewrite_index(path, rename)
+    report = verify_archive(IndexedTarArchive(path))
+    problems = [(problem.key, problem.message) for problem in report.problems]
+    # (the tar header still names it "renamed": reported too)
+    assert any(key == bad and "no writer makes such a key" in message for key, message in problems), problems

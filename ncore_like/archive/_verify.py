@@ -25,7 +25,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import IO
 
-from ..errors import ArchiveFormatError, ChecksumError, NcoreLikeError
+from ..errors import ArchiveFormatError, ChecksumError, InvalidKeyError, NcoreLikeError
 from ._archive import IndexedTarArchive, Record
 from ._bulk import map_records
 from ._format import (
@@ -47,6 +47,7 @@ from ._format import (
     parse_pax_records,
     parse_tar_header,
     tar_data_size,
+    validate_key,
 )
 from ._table import decode_table, pointer_damaged, unpack_table_pointer
 
@@ -460,6 +461,20 @@ def _check_index_copies(file: IO[bytes], archive: IndexedTarArchive) -> list[Pro
     return []
 
 
+def _check_keys(archive: IndexedTarArchive) -> list[Problem]:
+    """Keys no writer makes (``../x``, ``/x``, an empty one...): readers serve them, but
+    extracting such an archive with tar could write outside its folder."""
+    name = archive.location.name
+    problems = []
+    for key in archive.keys():
+        try:
+            validate_key(key, name)
+        except InvalidKeyError as error:
+            detail = error_detail(error, name)
+            problems.append(Problem(f"{detail}: no writer makes such a key (tar could extract it elsewhere)", key))
+    return problems
+
+
 def _open_file(archive: IndexedTarArchive) -> IO[bytes]:
     path = archive.location.local
     if path is not None:
@@ -494,7 +509,7 @@ def verify_archive(
     with _open_file(archive) as file:
         report.tar_members, problems = _check_members(file, records, progress)
         problems += _check_index_copies(file, archive)
-    report.problems += problems
+    report.problems += _check_keys(archive) + problems
     report.bytes_read, problems = _check_records(archive, name, threads, progress)
     report.problems += problems
     report.unreadable = {problem.key: problem for problem in problems if problem.key is not None}
