@@ -736,3 +736,46 @@ def test_blobs_of_any_length_are_what_zarr_python_writes(
     reopened = IndexedTarZarrStore(path).open_root_group()
     assert [reopened.array(f"b{index}").read_bytes() for index in range(len(blobs))] == blobs
     assert reopened.array("filled").read().tolist() == [b"ab", b"ab"]
+
+
+# -- names no member can have ------------------------------------------------------------------
+
+BAD_NAMES = [
+    ("..", ValueError, "no member can have this name"),
+    ("a/../b", ValueError, "no member can have this name"),
+    ("x\\y", ValueError, "no member can have this name"),
+    ("a//b", ValueError, "no member can have this name"),
+    ("", ValueError, "no member can have this name"),
+    (5, TypeError, "names are strings, got int 5"),
+    (b"x", TypeError, "names are strings, got bytes"),
+]
+
+
+@pytest.mark.parametrize(("name", "error", "problem"), BAD_NAMES, ids=[repr(name) for name, _, _ in BAD_NAMES])
+def test_names_no_member_can_have_are_refused_naming_the_store_and_nothing_is_written(
+    tmp_path: Path, name: Any, error: type[Exception], problem: str
+) -> None:
+    """zarr-python read a backslash as "/" (``x\\y`` made x/y), called ``a/../b`` bad
+    metadata and an int name an AttributeError."""
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({})
+        records = len(store.archive)
+        creations = {
+            "group": lambda: root.create_group(name),
+            "array": lambda: root.create_array(name, np.arange(3)),
+            "empty array": lambda: root.create_empty_array(name, shape=(3,), dtype="f4", chunks=(3,)),
+            "blob": lambda: root.create_bytes_array(name, b"jpeg"),
+        }
+        for kind, create in creations.items():
+            with pytest.raises(error, match=rf"{problem}.*") as raised:
+                create()
+            assert str(path) in str(raised.value), kind
+        assert len(store.archive) == records and not list(root.keys())
+
+
+def test_a_blob_of_text_is_refused_with_a_hint(tmp_path: Path) -> None:
+    with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+        root = store.create_root_group({})
+        with pytest.raises(TypeError, match=r"array 'b' of .*a\.itar: a blob is bytes .*got str .*encode"):
+            root.create_bytes_array("b", "a string")  # type: ignore[arg-type]

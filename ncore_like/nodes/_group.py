@@ -226,6 +226,7 @@ class Group(_GroupNode):
         (``"a/b"``) also creates the groups in between."""
         self._check_writable()
         # Checked before the groups in between are created: a refused call creates nothing.
+        self._check_new_name("group", name)
         attrs = json_attributes(attributes, self._member_where("group", name))
         parent_path, _, leaf = name.strip("/").rpartition("/")
         parent = self._required_path(parent_path)
@@ -275,6 +276,7 @@ class Group(_GroupNode):
                 ``_ARRAY_DIMENSIONS`` attribute (strings only), as xarray writes them.
         """
         self._check_writable()
+        self._check_new_name("array", name)
         try:
             values, resolved = prepare_values(data, dtype, chunks, self.zarr_format)
         except (TypeError, ValueError) as error:  # data numpy can't make an array of, chunks
@@ -307,6 +309,7 @@ class Group(_GroupNode):
         metadata written when the group belongs to a store (zarr-python's array is built only
         if something needs it), else wrapping zarr-python's array."""
         # Checked before the groups in between are created: a refused call creates nothing.
+        self._check_new_name("array", name)
         where = self._member_where("array", name)
         if compression is not None and not isinstance(compression, BloscCompression):
             raise TypeError(f"{where}: compression must be a BloscCompression or None, got {compression!r}")
@@ -327,6 +330,22 @@ class Group(_GroupNode):
             return Array(_compat.array_from_document(self.zarr.store, path, document), self._backend)
         view = parse_node(path, document, self.zarr_format, self._store.name)
         return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
+
+    def _check_new_name(self, kind: str, name: object) -> None:
+        """Raises for a name no member can have: not a string (TypeError), empty, with
+        empty, ``.`` or ``..`` parts, a backslash (which zarr-python reads as ``/``) or a
+        NUL (ValueError). Nested names (``"a/b"``) and leading or trailing ``/`` are fine."""
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{kind} names are strings, got {type(name).__name__} {name!r} "
+                f"(in group {self.path or '/'} of {self._where_store()})"
+            )
+        parts = name.strip("/").split("/")
+        if any(part in ("", ".", "..") for part in parts) or "\\" in name or "\0" in name:
+            raise ValueError(
+                f"{self._member_where(kind, name)}: no member can have this name (empty, '.' or '..' parts, "
+                "a backslash or a NUL)"
+            )
 
     def _member_where(self, kind: str, name: str) -> str:
         """How errors name this group's member ``name`` (a nested name too), e.g. ``array
@@ -381,10 +400,16 @@ class Group(_GroupNode):
         0-dimensional fixed-length bytes (``|S<N>``, nvidia-ncore's layout); format 3,
         1-dimensional ``uint8`` (fixed-length bytes aren't part of zarr format 3)."""
         self._check_writable()
+        self._check_new_name("array", name)
+        if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
+            raise TypeError(
+                f"{self._member_where('array', name)}: a blob is bytes (or a buffer), got {type(data).__name__}"
+                + (" (encode text first, e.g. text.encode())" if isinstance(data, str) else "")
+            )
         blob = bytes(data)
         if self.zarr_format == 2:
             if not blob:
-                raise ValueError(f"array {name!r}: zarr format 2 can't store an empty blob (|S0)")
+                raise ValueError(f"{self._member_where('array', name)}: zarr format 2 can't store an empty blob (|S0)")
             dtype = np.dtype(f"S{len(blob)}")
             encoded = EncodedArray((), dtype, (), None, 2, default_fill_value(dtype), {(): blob})
         else:
