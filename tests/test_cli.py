@@ -960,6 +960,11 @@ def test_cat_and_extract_take_array_paths_prefixes_and_globs(
     np.testing.assert_array_equal(np.load(io.BytesIO(capsysbinary.readouterr().out)), poses)
     assert main(["cat", str(path), "cameras/front/0003"]) == 1
     assert b"did you mean" in capsysbinary.readouterr().err
+    for group in ("cameras/front", "cameras/front[1]"):  # a group: said so, with its members
+        assert main(["cat", str(path), group]) == 1
+        said = capsysbinary.readouterr().err.decode()
+        assert "'cameras/front' is a group; cat writes a record or an array" in said
+        assert "'cameras/front/00000', 'cameras/front/00001'" in said
 
     def extracted(*patterns: str) -> list[str]:
         folder = tmp_path / f"out{len(list(tmp_path.iterdir()))}"

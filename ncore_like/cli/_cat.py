@@ -15,7 +15,7 @@ import numpy as np
 
 from .._pack._hierarchy import blob_size, has_hierarchy, is_blob, is_variable_length, open_root
 from ..archive import IndexedTarArchive, is_node_metadata_key
-from ..nodes import Array, Selection
+from ..nodes import Array, Group, Selection
 from ..nodes._array import chunk_key_of
 from ._common import CommandError, add_quiet_option, archive_store, close_matches, describe_error, progress
 
@@ -60,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
             data = _record(archive, key, args.quiet)
         else:
             path, selection = _split_selection(key, store.name)
-            array = _array(store, path.strip("/")) if has_hierarchy(archive) else None
+            node = _node(store, path.strip("/")) if has_hierarchy(archive) else None
+            if isinstance(node, Group):
+                members = [f"{path.strip('/')}/{name}" for name in list(node.keys())[:3]]
+                example = f" (its members: {', '.join(map(repr, members))}...)" if members else ""
+                raise CommandError(f"{store.name}: {path!r} is a group; cat writes a record or an array{example}")
+            array = node if isinstance(node, Array) else None
             if array is None:
                 keys = archive.keys()
                 nodes = {key.rpartition("/")[0] for key in keys if is_node_metadata_key(key)}
@@ -76,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _array(store: Any, path: str) -> Array | None:
-    node = open_root(store, store.archive).get(path) if path else None
-    return node if isinstance(node, Array) else None
+def _node(store: Any, path: str) -> Array | Group | None:
+    node: Array | Group | None = open_root(store, store.archive).get(path) if path else None
+    return node
 
 
 def _record(archive: IndexedTarArchive, key: str, quiet: bool) -> bytes:
