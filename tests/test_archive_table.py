@@ -359,3 +359,14 @@ def test_archives_pickle_their_lazily_indexed_records(tmp_path: Path) -> None:
     with copy:
         assert {key: copy[key] for key in reversed(records)} == dict(reversed(records.items()))
         assert list(copy.keys()) == list(records)
+
+
+def test_a_file_cut_after_the_first_block_of_its_record_table_is_called_truncated(tmp_path: Path) -> None:
+    """The table begins like an index header block (``itar``): its ``tbl1`` must not be read
+    as an unknown index type."""
+    records = sample(20)
+    write(tmp_path / "a.itar", records)
+    raw = (tmp_path / "a.itar").read_bytes()
+    (tmp_path / "b.itar").write_bytes(raw[: pointer_of(raw).offset + BLOCK_SIZE])
+    with pytest.raises(ArchiveFormatError, match=r"b\.itar.*truncated: the file ends inside its index"):
+        IndexedTarArchive(tmp_path / "b.itar")

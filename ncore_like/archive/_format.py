@@ -336,6 +336,11 @@ def pack_index_header(offset: int, size: int) -> bytes:
     return packed + bytes(BLOCK_SIZE - len(packed))
 
 
+#: The first bytes of a record table (see ``_table.py``): they begin like an index header
+#: block (``itar``), so a file cut after the table's first block must not be read as one.
+TABLE_MAGIC = b"itartbl1"
+
+
 def unpack_index_header(block: bytes | memoryview, archive: str) -> IndexHeader:
     """Decodes the last block of an archive, raising :class:`ArchiveFormatError` if it is
     no index header of a known type."""
@@ -353,6 +358,12 @@ def unpack_index_header(block: bytes | memoryview, archive: str) -> IndexHeader:
             archive=archive,
         )
     if index_type != INDEX_TYPE_CBOR_XZ:
+        if bytes(block[len(block) - BLOCK_SIZE : len(block) - BLOCK_SIZE + len(TABLE_MAGIC)]) == TABLE_MAGIC:
+            raise ArchiveFormatError(
+                "truncated: the file ends inside its index (its last block is the start of the record "
+                "table, which the xz index and the index header block follow)",
+                archive=archive,
+            )
         raise ArchiveFormatError(
             f"unknown index type {index_type} (this version reads type {INDEX_TYPE_CBOR_XZ})",
             archive=archive,

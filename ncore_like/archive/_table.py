@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 from ..errors import ArchiveFormatError
 from ._checksum import checksum
-from ._format import BLOCK_SIZE, Index, IndexHeader, _check_entries, encode_index, padding
+from ._format import BLOCK_SIZE, TABLE_MAGIC, Index, IndexHeader, _check_entries, encode_index, padding
 
 __all__ = [
     "DecodedTable",
@@ -52,7 +52,6 @@ __all__ = [
     "unpack_table_pointer",
 ]
 
-_TABLE_MAGIC = b"itartbl1"
 _TABLE_HEAD = struct.Struct("<8sQB7xQ")  # magic, records, flags, zlib stream length
 _HAS_CRCS = 1  # flags: the table ends with the CRC32C list
 _WIDE = 2  # flags: gaps and sizes are int64 (else uint32: less to inflate)
@@ -119,7 +118,7 @@ def encode_table(
     packed = zlib.compress(numbers.tobytes() + "\0".join(keys).encode("utf-8"), 1)
     crc_bytes = b"" if crcs is None else np.asarray(crcs, dtype="<u4").tobytes()
     flags = (_HAS_CRCS if crcs is not None else 0) | (_WIDE if wide else 0)
-    return _TABLE_HEAD.pack(_TABLE_MAGIC, len(keys), flags, len(packed)) + packed + crc_bytes
+    return _TABLE_HEAD.pack(TABLE_MAGIC, len(keys), flags, len(packed)) + packed + crc_bytes
 
 
 class KeyText(Sequence[str]):
@@ -203,7 +202,7 @@ def decode_records(data: bytes, pointer: TablePointer, archive: str) -> DecodedT
     magic, count, flags, packed_size = _TABLE_HEAD.unpack_from(data)
     crc_size = 4 * count if flags & _HAS_CRCS else 0
     width = 8 if flags & _WIDE else 4
-    if magic != _TABLE_MAGIC or flags > 3 or _TABLE_HEAD.size + packed_size + crc_size != len(data):
+    if magic != TABLE_MAGIC or flags > 3 or _TABLE_HEAD.size + packed_size + crc_size != len(data):
         raise damaged("unknown layout")
     if count > pointer.offset // BLOCK_SIZE:  # each record has a header block at least
         raise damaged(f"{count} records in {pointer.offset} bytes")
