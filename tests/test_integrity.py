@@ -718,3 +718,13 @@ def test_read_range_clips_to_the_payload_whether_verified_or_not(tmp_path: Path,
     with IndexedTarArchive(tmp_path / "w.itar", mode="w") as writer:
         writer["k"] = b"0123456789"
         assert writer.read_range("k", -3, 5) == b"01234"
+
+
+def test_recover_of_a_finished_archive_says_what_it_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A finished archive renamed to its partial name: its index and tail follow the tar
+    end-of-archive blocks, which is no unfinished record."""
+    write(tmp_path / "a.itar", {"x": b"1" * 1000})
+    (tmp_path / "a.itar").rename(tmp_path / "b.itar.partial")
+    assert cli_main(["recover", str(tmp_path / "b.itar")]) == 0
+    out = capsys.readouterr().out
+    assert "(what follows the tar end-of-archive blocks)" in out and "unfinished record" not in out

@@ -44,8 +44,10 @@ def summary(report: RecoveryReport) -> list[str]:
         f"from {report.source}"
     ]
     if report.dropped_bytes:
-        why = f": {report.stop}" if report.stop else ""
-        lines.append(f"dropped the last {format_bytes(report.dropped_bytes)} (an unfinished record{why})")
+        # No stop: the walk ended at tar's end-of-archive blocks (a finished archive's index
+        # and tail, or whatever a tar has after its end), not at a torn record.
+        what = f"an unfinished record: {report.stop}" if report.stop else "what follows the tar end-of-archive blocks"
+        lines.append(f"dropped the last {format_bytes(report.dropped_bytes)} ({what})")
     lines += [f"skipped damage: {what}" for what in report.skipped]
     if report.damaged:
         shown = ", ".join(report.damaged[:5]) + (
