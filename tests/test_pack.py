@@ -248,3 +248,24 @@ def test_a_file_is_read_whole_whatever_size_was_listed(tmp_path: Path) -> None:
         path.write_bytes(data)
         for listed in {0, 1, len(data) - 1, len(data), len(data) + 1, 2 * len(data) + 3} - {-1}:
             assert engine._read_file(str(path), listed) == data, (len(data), listed)
+
+
+def test_a_source_with_a_key_no_writer_makes_is_refused_naming_the_source(tmp_path: Path) -> None:
+    """A crafted archive's ``../evil``: the error names the source (not the destination the
+    writer would have refused it for), and nothing is left at the destination."""
+    from ncore_like.errors import InvalidKeyError
+    from tests.support.archives import rewrite_index
+
+    source = tmp_path / "dotdot.itar"
+    with IndexedTarZarrStore(source, mode="w") as store:
+        store.create_root_group({}).create_array("x", np.arange(4))
+        store.archive["extra"] = b"1"
+
+    def rename(keys: list[str], offsets: list[int], sizes: list[int]) -> None:
+        keys[keys.index("extra")] = "../evil"
+
+    rewrite_index(source, rename)
+    with pytest.raises(InvalidKeyError, match=r"dotdot\.itar.*'\.\./evil'") as raised:
+        ncore_like.pack(source, tmp_path / "out.itar")
+    assert "out.itar" not in str(raised.value)
+    assert not list(tmp_path.glob("out.itar*"))

@@ -20,6 +20,7 @@ from .. import _compat
 from .._concurrency import default_workers, ordered_map
 from .._signals import deferred_signals
 from ..archive import IndexedTarArchive, Location, error_detail, scan_records, verify_archive
+from ..archive._format import validate_key
 from ..errors import ArchiveExistsError
 from ..nodes import Array, BloscCompression, EncodedArray, Group, IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ..store._documents import describe_codecs
@@ -332,6 +333,8 @@ def _copy_records(
         keys = sorted(key for key in source.record_keys() if not Store.is_consolidated_metadata_key(key))
         total = len(keys)
         batches = _grouped(_store_records(source, keys, workers))
+    for key in keys:  # a crafted source's ("../x"): refused naming the source, before any is written
+        validate_key(key, source.name)
     in_bytes = isinstance(source, IndexedTarZarrStore)
     write_many = dest.archive.write_many
     with closing(batches):
