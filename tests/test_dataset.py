@@ -205,6 +205,14 @@ def test_bad_fields_and_files_are_named(tmp_path: Path) -> None:
         SampleIndex.build(pattern, {"radar": Rows("radar")})
     with pytest.raises(ValueError, match="is a group"):
         SampleIndex.build(pattern, {"cameras": Rows("cameras")})
+    # A blob pattern that can't be formatted with i, or doesn't depend on it; a length that
+    # is no function: said at once, not as a bare KeyError or "'int' object is not callable".
+    with pytest.raises(ValueError, match=r"blob pattern 'cameras/front/\{j:05d\}' names .*KeyError: 'j'"):
+        SampleIndex.build(pattern, {"front": Blob("cameras/front/{j:05d}")})
+    with pytest.raises(ValueError, match="doesn't depend on"):
+        Blob("cameras/front/00000{i!s:.0}")
+    with pytest.raises(TypeError, match=r"length= is a function of a sequence's root group.*got int 5"):
+        SampleIndex.build(pattern, {"number": SampleNumber(), "tag": sequence_attribute}, length=5)  # type: ignore[arg-type]
     with IndexedTarZarrStore(tmp_path / "wide.itar", mode="w") as store:
         store.create_root_group({}).create_array("grid", np.zeros((4, 100)), chunks=(1, 50))
         store.consolidate()

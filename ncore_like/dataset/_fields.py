@@ -45,6 +45,17 @@ class Blob:
 
     pattern: str
 
+    def __post_init__(self) -> None:
+        try:
+            first, second = self.pattern.format(i=0), self.pattern.format(i=1)
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ValueError(
+                f"blob pattern {self.pattern!r} names each sample's index as {{i}} (e.g. 'cameras/front/{{i:05d}}'); "
+                f"formatting it with i failed: {type(error).__name__}: {error}"
+            ) from None
+        if first == second:
+            raise ValueError(f"blob pattern {self.pattern!r} doesn't depend on {{i}}: every sample would be one blob")
+
 
 @dataclass(frozen=True)
 class SampleNumber:

@@ -126,6 +126,11 @@ class SampleIndex:
         specs = {name: as_field(spec) for name, spec in fields.items()}
         if not specs:
             raise ValueError("a sample needs at least one field")
+        if length is not None and not callable(length):
+            raise TypeError(
+                "length= is a function of a sequence's root group returning its number of samples "
+                f"(e.g. lambda root: root.array('poses').shape[0]), got {type(length).__name__} {length!r}"
+            )
         if length is None and not any(isinstance(field, Rows | Blob) for field in specs.values()):
             raise ValueError("every field is a function: pass length= (the samples of a sequence, from its group)")
         options = dict(storage_options or {})
