@@ -20,12 +20,22 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from upath import UPath
 
-__all__ = ["Location", "is_url"]
+__all__ = ["PARTIAL_SUFFIX", "Location", "is_url", "partial_path"]
 
 _LOCAL_PROTOCOLS = frozenset({"", "file", "local"})
 # A protocol of two or more characters, then "://" or (a chained URL such as
 # "simplecache::s3://bucket/key") "::": a Windows drive letter ("C:\...") is a path.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+(://|::)")
+
+
+#: What the partial name of a local archive being written appends to its final name.
+PARTIAL_SUFFIX = ".partial"
+
+
+def partial_path(path: str) -> str:
+    """The name a local archive has while it is written (``<final name>.partial``, in the
+    same folder, so that the rename at the end is atomic)."""
+    return path + PARTIAL_SUFFIX
 
 
 def is_url(text: str) -> bool:

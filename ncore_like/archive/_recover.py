@@ -39,9 +39,9 @@ from ..errors import ArchiveExistsError, ArchiveFormatError, NcoreLikeError, Unf
 from ._archive import IndexedTarArchive
 from ._checksum import checksum
 from ._format import BLOCK_SIZE, Index, header_checksum, parse_tar_header
-from ._location import Location
+from ._location import PARTIAL_SUFFIX, Location, partial_path
 from ._verify import TarMember, TarStop, scan_tar
-from ._writer import PARTIAL_SUFFIX, being_written, link_no_clobber, partial_path, recover_command
+from ._writer import being_written, link_no_clobber, recover_command
 
 if TYPE_CHECKING:
     from upath import UPath

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import stat
 import weakref
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from typing import Protocol
 from .._concurrency import run_in_worker
 from .._defaults import INLINE_READ_BYTES
 from ..errors import ArchiveFormatError, MissingDependencyError, NcoreLikeError, RemoteStorageError
+from ._location import partial_path
 
 __all__ = [
     "LocalSource",
@@ -110,15 +112,13 @@ class LocalSource:
         try:
             fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
-            from ._writer import partial_path, recover_command  # the error's path only: readers don't load it
-
             partial = partial_path(self._path)
             if not os.path.isfile(partial):
                 raise
             raise FileNotFoundError(
                 errno.ENOENT,
                 f"no such file, but {os.path.basename(partial)} is beside it: the unfinished archive of a writer "
-                f"that is still running or died (if it died: `{recover_command(partial, self._path)}`)",
+                f"that is still running or died (if it died: `ncore-like recover {shlex.quote(self._path)}`)",
                 self._path,
             ) from None
         mode = os.fstat(fd).st_mode

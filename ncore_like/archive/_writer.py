@@ -56,7 +56,7 @@ from .._signals import deferred_signals
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
 from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
-from ._location import Location
+from ._location import PARTIAL_SUFFIX, Location, partial_path
 from ._sources import remote_errors, remote_failure
 from ._table import encode_index_tail
 
@@ -77,8 +77,6 @@ _Buffer = bytes | bytearray | memoryview
 _PADDING = bytes(BLOCK_SIZE)
 #: Buffers one ``pwritev`` takes at most (the kernel's ``IOV_MAX``).
 _IOV_MAX = 1024
-#: What the partial name of a local archive being written appends to its final name.
-PARTIAL_SUFFIX = ".partial"
 # errno values of link() on filesystems without hard links (FAT, some FUSE and SMB mounts).
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK})
 
@@ -114,12 +112,6 @@ def write_file(target: str | os.PathLike[str], data: bytes, *, overwrite: bool =
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
         raise
-
-
-def partial_path(path: str) -> str:
-    """The name a local archive has while it is written (``<final name>.partial``, in the
-    same folder, so that the rename at the end is atomic)."""
-    return path + PARTIAL_SUFFIX
 
 
 def link_no_clobber(source: str, target: str) -> None:
