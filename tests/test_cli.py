@@ -1024,3 +1024,18 @@ def test_pack_many_sources_on_a_cluster_resumes_and_reports_failures(
     np.testing.assert_array_equal(
         opened(damaged)[1].array("values").read(), np.arange(200, dtype=np.int32).reshape(50, 4)
     )
+
+
+def test_cat_to_a_full_disk_says_it_could_not_write_standard_output(tmp_path: Path) -> None:
+    path = tmp_path / "a.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive["blob"] = bytes(range(256)) * 4096  # 1 MiB: more than any pipe buffer takes
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "ncore_like", "cat", str(path), "blob"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "ncore-like: error: can't write to standard output: No space left on device"

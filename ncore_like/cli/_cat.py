@@ -76,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
             else:
                 data = _selected(array, selection, key, store.name)
     out = sys.stdout.buffer
-    out.write(data)
-    out.flush()
+    try:
+        out.write(data)
+        out.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: the command line's handling
+    except OSError as error:  # a full disk behind a redirection (> /dev/full)
+        raise CommandError(f"can't write to standard output: {error.strerror}") from error
     return 0
 
 
