@@ -113,8 +113,9 @@ class _ArchiveZarrStore(ZarrStore):
 
 
 class _ArchiveArray(BackendArray):
-    """An array of an archive as xarray reads it: outer indexing (ints, slices and integer
-    arrays per axis), through :meth:`Array.read`."""
+    """An array of an archive as xarray reads it: outer indexing with one index array (ints,
+    slices and one integer array; xarray applies the others to what is read), through
+    :meth:`Array.read`, which pairs several index arrays as numpy does."""
 
     def __init__(self, array: Array, dtype: np.dtype[Any]) -> None:
         self._array = array
@@ -122,10 +123,19 @@ class _ArchiveArray(BackendArray):
         self.dtype = dtype
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
-        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._read)
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER_1VECTOR, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> Any:
-        return self._array.read(key)
+        # Outer indexing keeps the index array's axis in place; numpy (and read()) moves it
+        # first when an int stands apart from it: ints are read as slices of one, then dropped.
+        ints = [axis for axis, item in enumerate(key) if isinstance(item, int | np.integer)]
+        if not ints or not any(isinstance(item, np.ndarray) for item in key):
+            return self._array.read(key)
+        spelled = tuple(
+            slice(int(item) % size, int(item) % size + 1) if axis in ints else item
+            for axis, (item, size) in enumerate(zip(key, self.shape, strict=True))
+        )
+        return self._array.read(spelled).squeeze(axis=tuple(ints))
 
 
 def _location(location: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Any:

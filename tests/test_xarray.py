@@ -206,3 +206,28 @@ def test_the_engine_names_missing_dimension_names(tmp_path: Path) -> None:
         store.consolidate()
     with pytest.raises(KeyError, match="_ARRAY_DIMENSIONS"):
         xr.open_dataset(path, engine="ncore_like")
+
+
+OUTER_SELECTIONS = [
+    {"time": [0, 3, 5], "y": [1, 4]},
+    {"time": 0, "x": [1, 5]},
+    {"time": 2, "y": slice(1, 4), "x": [6, 0, 2]},
+    {"time": -1, "y": [0, -1], "x": 3},
+    {"time": [5, 0], "y": slice(None, None, 2), "x": [1, 1, 4]},
+]
+
+
+@pytest.mark.parametrize("selection", OUTER_SELECTIONS, ids=lambda selection: ",".join(map(str, selection)))
+def test_the_engine_takes_xarrays_outer_and_pointwise_selections(tmp_path: Path, selection: dict[str, Any]) -> None:
+    """xarray's outer indexing keeps each index array's axis (``read()`` pairs several
+    index arrays, as numpy does): the engine reads one, xarray applies the others; an int
+    apart from the array must not move the array's axis first. The values as the Dataset's."""
+    rng = np.random.default_rng(3)
+    ds = xr.Dataset({"t": (("time", "y", "x"), rng.standard_normal((6, 5, 7)))})
+    with IndexedTarZarrStore(tmp_path / "o.itar", mode="w") as store:
+        ds.to_zarr(store.zarr, consolidated=False)
+        store.consolidate()
+    opened = xr.open_dataset(tmp_path / "o.itar", engine="ncore_like")
+    np.testing.assert_array_equal(opened.t.isel(**selection).values, ds.t.isel(**selection).values)
+    points = {"time": xr.DataArray([0, 5, 2], dims="p"), "y": xr.DataArray([2, 3, 0], dims="p")}
+    np.testing.assert_array_equal(opened.t.isel(**points).values, ds.t.isel(**points).values)

@@ -38,7 +38,7 @@ from .._log import library_logger
 from ..errors import ArchiveExistsError, ArchiveFormatError, NcoreLikeError, UnfinishedArchiveError
 from ._archive import IndexedTarArchive
 from ._checksum import checksum
-from ._format import BLOCK_SIZE, Index, header_checksum, parse_tar_header
+from ._format import BLOCK_SIZE, Index, header_checksum, is_node_metadata_key, parse_tar_header
 from ._location import PARTIAL_SUFFIX, Location, partial_path
 from ._verify import TarMember, TarStop, scan_tar
 from ._writer import being_written, link_no_clobber, recover_command
@@ -139,7 +139,10 @@ def _scan(file: IO[bytes], report: RecoveryReport) -> Iterator[_Kept]:
     start = 0
     while True:
         stop = yield from _scan_from(file, start, report)
-        following = None if stop.error is None else _next_header(file, stop.offset + BLOCK_SIZE, size)
+        # Only after a header that can't be read: a member cut off by the end of the file is
+        # the torn last record, and its payload (which may hold tar headers of its own, e.g. an
+        # archive stored as a blob) is never searched.
+        following = _next_header(file, stop.offset + BLOCK_SIZE, size) if stop.unreadable else None
         if following is None:
             if stop.offset == 0 and stop.error is not None and size >= BLOCK_SIZE:
                 raise ArchiveFormatError(
@@ -272,6 +275,11 @@ def recover_records(
         latest: dict[str, _Kept] = {}
         for kept in _scan(file, report):
             if kept.key in latest:
+                if not is_node_metadata_key(kept.key):
+                    # Only node metadata is written again (after a flush); any other record is
+                    # written once: a second one is no writer's, the first stays.
+                    report.skipped.append(f"a second record {kept.key!r} at offset {kept.offset} (the first is kept)")
+                    continue
                 report.superseded += 1
                 del latest[kept.key]  # the newer version takes the older one's place in key order
             latest[kept.key] = kept

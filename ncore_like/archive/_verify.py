@@ -200,6 +200,9 @@ class TarStop:
     """Offset of the end-of-archive block, or of the header (or member) that can't be read."""
     error: str | None = None
     """What is wrong there; None at the end-of-archive block."""
+    unreadable: bool = False
+    """The header block there can't be parsed (damage: the size of what follows is unknown),
+    as opposed to a member cut off by the end of the file or one that isn't supported."""
 
 
 class _Reader:
@@ -260,7 +263,7 @@ def _next_member(reader: _Reader, start: int, shared: dict[str, str]) -> TarMemb
         try:
             header = parse_tar_header(block)
         except ArchiveFormatError as error:
-            return TarStop(position, f"unreadable tar header at offset {position} ({error.detail})")
+            return TarStop(position, f"unreadable tar header at offset {position} ({error.detail})", unreadable=True)
         data_offset = position + BLOCK_SIZE
         if header.typeflag == TAR_GNU_SPARSE_TYPE:
             return TarStop(position, f"unsupported tar member at offset {position} (a GNU sparse file)")
