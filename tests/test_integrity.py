@@ -728,3 +728,37 @@ def test_recover_of_a_finished_archive_says_what_it_dropped(tmp_path: Path, caps
     assert cli_main(["recover", str(tmp_path / "b.itar")]) == 0
     out = capsys.readouterr().out
     assert "(what follows the tar end-of-archive blocks)" in out and "unfinished record" not in out
+
+
+def test_recover_never_takes_records_from_inside_a_torn_payload(tmp_path: Path) -> None:
+    """A torn last record whose payload is an archive of its own (a backup kept as a blob):
+    its tar headers are no records of this archive, and can't replace flushed ones."""
+    write(tmp_path / "old.itar", {"x/0": b"OLD" * 100, "pad": random.Random(1).randbytes(600_000)})
+    path, flushed = tmp_path / "new.itar", {"x/0": b"NEW" * 100}
+    unfinished(path, flushed)
+    partial = tmp_path / "new.itar.partial"
+    with open(partial, "ab") as file:  # the blob's header, then part of the embedded archive
+        from ncore_like.archive._format import member_header
+
+        embedded = (tmp_path / "old.itar").read_bytes()
+        file.write(member_header("backup/previous.itar", len(embedded), checksum(embedded)) + embedded[:200_000])
+    report = recover(path)
+    recovered = IndexedTarArchive(path, verify_checksums=True)
+    assert recovered.keys() == ["x/0"] and recovered["x/0"] == flushed["x/0"]
+    assert report.records == 1 and not report.skipped and "backup/previous.itar" in (report.stop or "")
+
+
+def test_recover_keeps_the_first_of_two_records_of_one_key_that_isnt_node_metadata(tmp_path: Path) -> None:
+    """Only node metadata is written again after a flush; a second chunk record of a key is
+    no writer's (damage, or a payload's headers): the first stays, and the loss is told."""
+    from ncore_like.archive._format import member_header
+
+    path = tmp_path / "r.itar"
+    unfinished(path, {"x/0": b"first", ".zattrs": b'{"v": 1}'})
+    with open(tmp_path / "r.itar.partial", "ab") as file:
+        for key, value in (("x/0", b"second"), (".zattrs", b'{"v": 2}')):
+            file.write(member_header(key, len(value), checksum(value)) + value + bytes(-len(value) % BLOCK_SIZE))
+    report = recover(path)
+    recovered = IndexedTarArchive(tmp_path / "r.itar", verify_checksums=True)
+    assert recovered["x/0"] == b"first" and recovered[".zattrs"] == b'{"v": 2}'
+    assert report.superseded == 1 and any("a second record 'x/0'" in what for what in report.skipped)
