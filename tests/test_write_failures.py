@@ -118,3 +118,91 @@ def test_a_write_that_failed_can_be_retried_and_the_archive_is_whole(tmp_path: P
     archive = IndexedTarArchive(path, verify_checksums=True)
     assert archive.keys() == [key(index) for index in range(count)]
     assert all(archive[key(index)] == payload(seed, index) for index in range(count))
+
+
+SKIPPING_WRITER = textwrap.dedent(
+    """
+    import os, resource, signal, sys
+    from ncore_like import IndexedTarArchive
+
+    path, limit = sys.argv[1], int(sys.argv[2])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    archive = IndexedTarArchive(path, mode="w")
+    archive["frame0"] = bytes(range(256)) * 8192  # 2 MiB
+    try:
+        archive["frame1"] = bytes(range(255, -1, -1)) * 8192  # past the limit: partly written, then refused
+    except OSError:
+        print("failed", flush=True)
+    archive["note"] = b"written after the failure"  # the program goes on without frame1
+    archive.close()
+    """
+)
+
+
+def test_records_after_a_failed_large_write_make_a_whole_archive_not_a_broken_one(tmp_path: Path) -> None:
+    """A large record refused half written left its first bytes past the writer's position:
+    later records and the index overwrote only their start, the published file ended in
+    payload bytes (no index header), and it replaced the good archive at the name."""
+    path = tmp_path / "seq.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive["old"] = b"precious"
+    process = subprocess.run(
+        [sys.executable, "-c", SKIPPING_WRITER, str(path), str(3 << 20)], capture_output=True, text=True, timeout=120
+    )
+    assert process.returncode == 0 and process.stdout.split() == ["failed"], process.stderr
+    archive = IndexedTarArchive(path, verify_checksums=True)
+    assert archive.keys() == ["frame0", "note"]
+    assert archive["frame0"] == bytes(range(256)) * 8192 and archive["note"] == b"written after the failure"
+    listing = subprocess.run(["tar", "-tf", str(path)], check=True, capture_output=True, text=True).stdout
+    assert listing.split() == ["frame0", "note"]  # tar reads it whole too
+
+
+@pytest.mark.parametrize("cut_fails", [False, True], ids=["cut at once", "cut at close"])
+def test_a_write_refused_half_written_leaves_no_bytes_behind_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut_fails: bool
+) -> None:
+    """The bytes a refused write got onto the disk are cut off at once (so a writer killed
+    later leaves a partial file that ends at its last record), and, should that cut fail,
+    at the next flush or close (so the archive ends in its index header block)."""
+    import os
+
+    import ncore_like.archive._writer as writer_module
+    from tests.support.archives import die
+
+    real_pwritev, real_ftruncate = os.pwritev, os.ftruncate
+    state = {"fail_write": False, "fail_cut": cut_fails}
+
+    def pwritev(fd: int, buffers: list[memoryview], offset: int) -> int:
+        if state["fail_write"]:
+            state["fail_write"] = False
+            real_pwritev(fd, [memoryview(b"\xee" * (sum(map(len, buffers)) // 2))], offset)  # half, then full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwritev(fd, buffers, offset)
+
+    def ftruncate(fd: int, length: int) -> None:
+        if state["fail_cut"]:
+            state["fail_cut"] = False
+            raise OSError(errno.EIO, "Input/output error")
+        real_ftruncate(fd, length)
+
+    monkeypatch.setattr(writer_module.os, "pwritev", pwritev)
+    monkeypatch.setattr(writer_module.os, "ftruncate", ftruncate)
+    for name in ("closed", "killed"):
+        path = tmp_path / f"{name}.itar"
+        archive = IndexedTarArchive(path, mode="w")
+        archive["a"] = b"1" * 1000
+        archive.flush()
+        state["fail_write"] = True
+        with pytest.raises(OSError, match="No space left on device"):
+            archive["big"] = bytes(4 << 20)  # written at once (not buffered)
+        if name == "closed":
+            archive["b"] = b"2"
+            archive.close()
+            reread = IndexedTarArchive(path, verify_checksums=True)
+            assert {key: reread[key] for key in reread.keys()} == {"a": b"1" * 1000, "b": b"2"}
+        elif not cut_fails:  # killed before another flush: the partial file ends with "a"
+            die(archive)
+            report = recover(path)
+            assert report.records == 1 and report.dropped_bytes == 0 and not report.skipped, report
+        state["fail_cut"] = cut_fails

@@ -373,10 +373,15 @@ class _LocalSink:
         # pwritev: the offset is explicit, so a forked child that re-opens the file writes
         # where this writer's next byte belongs, whatever a shared file position says.
         parts = [memoryview(buffer).cast("B") for buffer in buffers if len(buffer)]
+        start = offset
         while parts:
             try:
                 written = os.pwritev(self._fd, parts[:_IOV_MAX], offset)
             except OSError as error:  # a full disk, an I/O error: say which file, and what is kept
+                # What this call wrote is no record: cut off, or later records (and the
+                # index) written at ``start`` could leave it behind them (see flush()).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
                 detail = f"{error.strerror} (writing the archive; what was written stays for recovery)"
                 raise OSError(error.errno, detail, self._partial) from error
             offset += written
@@ -395,6 +400,10 @@ class _LocalSink:
 
     def flush(self) -> None:
         self._drain()
+        # Nothing may follow the last byte written: a failed write's bytes past it would end
+        # the published file instead of the index header block (if cutting them off failed).
+        if os.fstat(self._fd).st_size > self._end:
+            os.ftruncate(self._fd, self._end)
         if self._durable:
             os.fsync(self._fd)
 
