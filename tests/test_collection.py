@@ -47,6 +47,45 @@ def write_sequences(folder: Path | UPath, count: int) -> list[str]:
     return names
 
 
+@pytest.mark.parametrize("verify_checksums", [True, False])
+def test_archives_let_go_by_the_collection_keep_serving_their_readers(tmp_path: Path, verify_checksums: bool) -> None:
+    """``max_open`` bounds what the collection holds, not what its users hold: an archive it
+    lets go while another thread reads it, or while a root of it is kept, must keep serving
+    (closed under them, reads failed, or read another archive through a reused descriptor)."""
+    import contextlib
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    write_sequences(tmp_path, 5)
+    collection = ArchiveCollection(str(tmp_path / "seq-*.itar"), max_open=1, verify_checksums=verify_checksums)
+    kept = collection.root(0)
+    collection.root(1)  # archive 0 let go by the collection
+    np.testing.assert_array_equal(kept.array("poses").read(0), [0, 0, 0])
+    assert kept.group("front").array("0003").read_bytes() == bytes([0, 3]) * 100
+
+    def reads(seed: int) -> int:
+        rng = np.random.default_rng(seed)
+        wrong = 0
+        for _ in range(200):
+            number, frame = int(rng.integers(5)), int(rng.integers(4))
+            wrong += collection.read_array(number, f"front/{frame:04d}").tobytes() != bytes([number, frame]) * 100
+            wrong += not np.array_equal(collection.read_array(number, "poses", frame), [number] * 3)
+        return wrong
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sum(pool.map(reads, range(8))) == 0
+    del kept
+
+    def open_archives() -> int:
+        count = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed since
+                count += os.readlink(f"/proc/self/fd/{fd}").endswith(".itar")
+        return count
+
+    assert open_archives() <= 1  # what the collection holds, and no more
+
+
 def test_archives_by_number_open_lazily_and_at_most_max_open(tmp_path: Path) -> None:
     names = write_sequences(tmp_path, 6)
     collection = ArchiveCollection(str(tmp_path / "seq-*.itar"), max_open=2)  # a glob, expanded sorted

@@ -4,8 +4,8 @@ DataLoader workers.
 
 It pickles as its list of locations (a few bytes per archive), opens an archive only when
 one of its records is read, in whichever process reads it, and keeps at most ``max_open``
-archives open (the least recently used is closed): a worker holds what it reads, not the
-fleet.
+archives open (the least recently used is let go, and closed once nothing reads it any
+more): a worker holds what it reads, not the fleet.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
         locations: Paths or URLs of the archives, or one glob pattern (``"/data/*.itar"``,
             ``"s3://fleet/2026-*/*.itar"``), expanded once, sorted.
         storage_options: Options of the URLs' filesystem (as fsspec takes them).
-        max_open: Archives kept open at once per process (least recently used closed).
+        max_open: Archives kept open at once per process (the least recently used let go:
+            closed once nothing that reads it holds it).
         cache: A :class:`~ncore_like.RecordCache` (or the path of its folder) that the remote
             archives read through, in every process (see the remote page).
         index_tail_read_size: Bytes read from the end of each archive when it is opened
@@ -140,8 +141,11 @@ class ArchiveCollection(Sequence[IndexedTarZarrStore]):
             store = self._open.setdefault(index, opened)  # another thread may have been first
             self._open.move_to_end(index)
             while len(self._open) > self._max_open:
-                _, oldest = self._open.popitem(last=False)
-                oldest.close()
+                # Dropped, not closed: another thread may be reading it, or hold one of its
+                # roots or arrays (closing it under them failed their reads, or, its file
+                # descriptor reused, read another file). Its file closes when the last of
+                # them lets it go.
+                self._open.popitem(last=False)
         if store is not opened:
             opened.close()
         return store
