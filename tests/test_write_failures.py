@@ -206,3 +206,34 @@ def test_a_write_refused_half_written_leaves_no_bytes_behind_the_records(
             report = recover(path)
             assert report.records == 1 and report.dropped_bytes == 0 and not report.skipped, report
         state["fail_cut"] = cut_fails
+
+
+def test_closing_again_after_a_failed_close_says_nothing_was_published(tmp_path: Path) -> None:
+    """A second close() returned as if done: nothing was published, and the node metadata
+    held in memory was gone. It raises, saying what failed and how to recover or discard."""
+    script = textwrap.dedent(
+        """
+        import resource, signal, sys
+        from ncore_like import IndexedTarArchive
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        archive = IndexedTarArchive(sys.argv[1], mode="w")
+        archive["x"] = bytes(1 << 20)
+        resource.setrlimit(resource.RLIMIT_FSIZE, ((1 << 20) + 1024, resource.RLIM_INFINITY))
+        try:
+            archive.close()  # the index doesn't fit
+        except OSError:
+            print("failed", flush=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        try:
+            archive.close()
+        except Exception as error:
+            print(type(error).__name__, error, flush=True)
+        """
+    )
+    path = tmp_path / "rc.itar"
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "failed" and lines[1].startswith(f"ArchiveClosedError {path}: closing failed earlier"), done
+    assert "nothing was published" in lines[1] and f"ncore-like recover {path}" in lines[1]
+    assert not path.exists()
+    assert recover(path).records == 1 and IndexedTarArchive(path)["x"] == bytes(1 << 20)

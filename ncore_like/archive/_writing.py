@@ -39,6 +39,7 @@ class WritingArchive(ArchiveBase):
         self._verify = verify_checksums
         self._pid = process_id()
         self._published = False
+        self._close_failure: str | None = None  # why a close() failed, for the calls after it
         # Node metadata records, held until close (or flush); what flush wrote of them.
         self._metadata: dict[str, bytes] = {}
         self._metadata_written: dict[str, bytes] = {}
@@ -256,6 +257,8 @@ class WritingArchive(ArchiveBase):
     def close(self) -> None:
         with self.lock:
             if self.closed:
+                if self._close_failure is not None:  # not published: said again, not taken for done
+                    raise ArchiveClosedError(self._close_failure, archive=self.name)
                 return
             self._check_writable()
             self.closed = True
@@ -265,8 +268,14 @@ class WritingArchive(ArchiveBase):
                 writer.finish(*self.table.live())
                 writer.publish()
                 self._published = True
-            except BaseException:
+            except BaseException as error:
                 writer.release()  # the partial file stays for recovery
+                local = self.location.local
+                self._close_failure = (
+                    f"closing failed earlier ({error}), nothing was published"
+                    + (f"; its records stay in the partial file: `ncore-like recover {local}`" if local else "")
+                    + ", or abort() to discard them"
+                )
                 raise
 
     def exit(self, failed: bool) -> None:
