@@ -779,3 +779,22 @@ def test_a_blob_of_text_is_refused_with_a_hint(tmp_path: Path) -> None:
         root = store.create_root_group({})
         with pytest.raises(TypeError, match=r"array 'b' of .*a\.itar: a blob is bytes .*got str .*encode"):
             root.create_bytes_array("b", "a string")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "chunks", "selection", "value"),
+    [("i2", (3,), 0, 10**6), ("u1", (2,), slice(0, 1), -1), ("u1", (2,), slice(0, 2), -1), ("i1", (1,), 2, 200)],
+    ids=["partial chunk", "partial window", "whole chunk", "row writer"],
+)
+def test_python_ints_out_of_the_dtypes_range_raise_as_numpy_does_on_every_write_path(
+    tmp_path: Path, dtype: str, chunks: tuple[int, ...], selection: Any, value: int
+) -> None:
+    """zarr-python's path (a part of a chunk) wrapped them silently (10**6 as int16: 16960)."""
+    with pytest.raises(OverflowError):
+        np.zeros(4, dtype)[selection] = value
+    with IndexedTarZarrStore(tmp_path / "a.itar", mode="w") as store:
+        array = store.create_root_group({}).create_empty_array("x", shape=(4,), dtype=dtype, chunks=chunks)
+        records = len(store.archive)
+        with pytest.raises(OverflowError, match=r"array 'x' of .*a\.itar: .*out of bounds"):
+            array.write(selection, value)
+        assert len(store.archive) == records

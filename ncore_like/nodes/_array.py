@@ -41,7 +41,7 @@ NDArray = np.ndarray[Any, Any]
 
 #: Errors of invalid selections (and of data that doesn't fit a write), re-raised with the
 #: array and its store named (``a[::0]``: ValueError).
-_SELECTION_ERRORS = (IndexError, TypeError, ValueError)
+_SELECTION_ERRORS = (IndexError, TypeError, ValueError, OverflowError)
 #: A batch of new chunk records goes to the store when it holds this many bytes or records
 #: (large records go alone: batching only saves per-record Python work).
 _WRITE_BATCH_BYTES = 256 << 10
@@ -494,8 +494,9 @@ class Array(_ArrayNode):
         # Chunks of an archive written already are found before anything is written, so a
         # rejected write changes nothing (zarr-python writes the chunks of a selection
         # concurrently).
-        # zarr-python's cast, numpy's shapes (the shape's errors are named by write())
-        values = _fitted(data, self._backend.shape(self, selection, state=self._state))
+        # numpy's cast (Python ints out of the dtype's range raise, as in an assignment,
+        # instead of wrapping in zarr-python) and shapes; the shape's errors are named by write()
+        values = _fitted(data, self._backend.shape(self, selection, state=self._state), self.dtype)
         if self._write_once():
             self._refuse_written(self.zarr.store, _compat.touched_chunk_keys(self.zarr, selection))
         _compat.write_basic_selection(self.zarr, selection, values)
