@@ -798,3 +798,36 @@ def test_python_ints_out_of_the_dtypes_range_raise_as_numpy_does_on_every_write_
         with pytest.raises(OverflowError, match=r"array 'x' of .*a\.itar: .*out of bounds"):
             array.write(selection, value)
         assert len(store.archive) == records
+
+
+BAD_EMPTY_ARRAYS = [
+    ({"shape": (-1,)}, ValueError, "shape .* non-negative integers"),
+    ({"shape": (2.5,)}, ValueError, "shape .* non-negative integers"),
+    ({"dtype": [("a", "<i4")]}, ValueError, "unsupported dtype"),
+    ({"dtype": "nope"}, TypeError, "not understood"),
+    ({"chunks": (-1,)}, ValueError, "chunk sizes must be non-negative"),
+    ({"chunks": (3, 1)}, ValueError, "don't match"),
+    ({"fill_value": "x"}, ValueError, "invalid literal"),
+    ({"fill_value": 1000}, OverflowError, "out of bounds"),
+]
+
+
+@pytest.mark.parametrize(("change", "error", "problem"), BAD_EMPTY_ARRAYS, ids=[str(c) for c, _, _ in BAD_EMPTY_ARRAYS])
+def test_a_refused_empty_array_writes_nothing_and_names_itself(
+    tmp_path: Path, change: dict[str, Any], error: type[Exception], problem: str
+) -> None:
+    """``shape=(-1,)`` wrote its node metadata before it was refused: the finished archive
+    held a node zarr-python and ``verify`` couldn't open; ``shape=(2.5,)`` was taken as 2."""
+    from ncore_like.archive import verify_archive
+
+    path = tmp_path / "a.itar"
+    arguments: dict[str, Any] = {"shape": (3,), "dtype": "i1", "chunks": (3,), **change}
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({})
+        records = len(store.archive)
+        with pytest.raises(error, match=rf"array 'e' of .*a\.itar: .*{problem}"):
+            root.create_empty_array("e", **arguments)
+        assert len(store.archive) == records
+        store.consolidate()
+    assert verify_archive(IndexedTarArchive(path)).ok
+    assert list(zarr_api.open_group(IndexedTarZarrStore(path).zarr, "r").keys()) == []

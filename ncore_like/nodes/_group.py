@@ -439,8 +439,22 @@ class Group(_GroupNode):
             ValueError: For stores opened for reading, and chunks that don't match the shape.
         """
         self._check_writable()
-        stored = storage_dtype(dtype, self.zarr_format)
-        shape = tuple(int(size) for size in shape)
-        resolved = resolve_chunks(tuple(chunks), shape, stored.itemsize)
-        fill = default_fill_value(stored) if fill_value is None else np.asarray(fill_value, dtype=stored)[()]
-        return self._new_array(name, shape, stored, resolved, compression, fill, attributes, dimension_names)
+        self._check_new_name("array", name)
+        # Everything checked before the node metadata is written: a refused call writes nothing.
+        try:
+            sizes = tuple(shape)
+            if not all(
+                isinstance(size, int | np.integer) and not isinstance(size, bool) and size >= 0 for size in sizes
+            ):
+                raise ValueError(f"shape {sizes!r} is no tuple of non-negative integers")
+            stored = storage_dtype(dtype, self.zarr_format)
+            resolved = resolve_chunks(tuple(chunks), tuple(map(int, sizes)), stored.itemsize)
+            fill = default_fill_value(stored) if fill_value is None else np.asarray(fill_value, dtype=stored)[()]
+        except (TypeError, ValueError, OverflowError) as error:  # numpy's and our messages, the array named
+            named = _named(error, self._member_where("array", name))
+            if named is error:
+                raise
+            raise named from error
+        return self._new_array(
+            name, tuple(map(int, sizes)), stored, resolved, compression, fill, attributes, dimension_names
+        )
