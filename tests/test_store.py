@@ -532,3 +532,38 @@ def test_unconsolidated_open_reads_the_node_metadata_records(tmp_path: Path, zar
     root = store.open_root_group(consolidated=False)
     assert root.attributes == {"from": "nodes"} and root.members() == ["x", "y"]
     np.testing.assert_array_equal(root.array("y").read(), [7, 8])
+
+
+@pytest.mark.parametrize("zarr_format", zarr_api.WRITABLE_FORMATS)
+def test_consolidate_brings_zarr_pythons_own_consolidated_metadata_up_to_date(tmp_path: Path, zarr_format: int) -> None:
+    """xarray's ``to_zarr`` has zarr-python consolidate (``.zmetadata``, or nodes inline in
+    the root ``zarr.json``); an array created afterwards, then ``store.consolidate()``: zarr-
+    python and xarray read their own copy first, which must not miss it."""
+    path = tmp_path / "mix.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        group = zarr_api.open_group(store.zarr, "w", zarr_format=zarr_format)
+        zarr_api.write_values(zarr_api.create_array(group, "v", shape=(5,), dtype="f8", chunks=(5,)), np.arange(5.0))
+        zarr.consolidate_metadata(store.zarr)  # zarr-python's own copy: of "v" alone
+        extra = zarr_api.create_array(group, "extra", shape=(3,), dtype="i8", chunks=(3,))
+        zarr_api.write_values(extra, np.arange(3))
+        store.consolidate()
+    reader = IndexedTarZarrStore(path)
+    assert sorted(reader.open_root_group().keys()) == ["extra", "v"]
+    opened = zarr_api.open_consolidated(reader.zarr)
+    assert sorted(opened.array_keys()) == ["extra", "v"]
+    np.testing.assert_array_equal(opened["extra"][:], np.arange(3))
+
+
+@pytest.mark.parametrize("zarr_format", zarr_api.WRITABLE_FORMATS)
+def test_nodes_changed_after_consolidate_are_consolidated_again_at_close(tmp_path: Path, zarr_format: int) -> None:
+    """An attribute set and an array created after ``consolidate()``: the consolidated record
+    (what every reader opens first) would show the hierarchy as it was."""
+    path = tmp_path / "late.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({"v": 0}, zarr_format=zarr_format)  # type: ignore[arg-type]
+        store.consolidate()
+        root.zarr.attrs["v"] = 5
+        root.create_array("late", np.arange(3))
+    reopened = IndexedTarZarrStore(path).open_root_group()  # from the consolidated record
+    assert dict(reopened.attributes) == {"v": 5} and list(reopened.keys()) == ["late"]
+    np.testing.assert_array_equal(reopened.array("late").read(), np.arange(3))

@@ -8,6 +8,7 @@ typed layer (``ncore_like/nodes/_stores.py``): this layer never reaches it.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Literal, Self
 
@@ -16,10 +17,12 @@ from ..errors import ReadOnlyError
 from ._consolidated import (
     CONSOLIDATED_KEY_V2,
     CONSOLIDATED_KEY_V3,
+    ZARR_PYTHON_CONSOLIDATED_KEY_V2,
     collects,
     decode_consolidated,
     encode_consolidated,
     is_consolidated_metadata_key as _is_consolidated_metadata_key,
+    standard_consolidated,
     zarr_nodes,
 )
 from ._documents import GroupView
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from ._metadata import NodeView
 
 __all__ = ["Consolidated", "Store"]
+
 
 ZarrFormat = Literal[2, 3]
 Attributes = dict[str, Any]
@@ -44,6 +48,8 @@ class Store(ABC):
     def __init__(self, zarr_store: _compat.ZarrStore | None = None) -> None:
         # None: built on first use by _make_zarr_store (reading an archive needs none).
         self._zarr_store_or_none = zarr_store
+        # The format and node metadata records of the last consolidate() (see close()).
+        self._consolidated: tuple[ZarrFormat, dict[str, bytes]] | None = None
 
     def _make_zarr_store(self) -> _compat.ZarrStore:
         raise TypeError(f"{type(self).__name__} was given no zarr-python store")
@@ -199,7 +205,10 @@ class Store(ABC):
         one compressed record with the metadata of every node, from which
         :meth:`open_root_group` opens the hierarchy without reading node metadata records.
         The node metadata records stay complete (plain zarr-python opens the hierarchy
-        unconsolidated)."""
+        unconsolidated). zarr-python's own consolidated metadata, where it wrote some
+        (``.zmetadata``, or nodes inline in the root ``zarr.json``), is brought up to date
+        too: zarr-python and xarray read theirs first. A store closed after nodes changed
+        since is consolidated again at close (:meth:`_consolidate_if_stale`)."""
         self._check_writable()
         keys = self._record_keys()
         if "zarr.json" in keys:
@@ -208,11 +217,41 @@ class Store(ABC):
             zarr_format = 2
         else:
             raise ValueError(f"{self.name}: no root group to consolidate (create_root_group() first)")
+        root: dict[str, Any] = {}
+        if zarr_format == 3:  # zarr-python's inline copy, out of what is consolidated
+            root = json.loads(self._read_record("zarr.json") or b"{}")
+            if root.get("consolidated_metadata"):
+                root = {name: value for name, value in root.items() if name != "consolidated_metadata"}
+                self._write_record("zarr.json", json.dumps(root, indent=2).encode())
+            else:
+                root = {}
+        records = self._collected(keys, zarr_format)
+        key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
+        self._write_record(key, encode_consolidated(records, zarr_format))
+        metadata = {name: json.loads(value) for name, value in records.items()}
+        if zarr_format == 2 and ZARR_PYTHON_CONSOLIDATED_KEY_V2 in keys:
+            self._write_record(ZARR_PYTHON_CONSOLIDATED_KEY_V2, standard_consolidated(metadata, 2, {}))
+        elif root:
+            self._write_record("zarr.json", standard_consolidated(metadata, 3, root))
+        self._consolidated = (zarr_format, records)
+
+    def _collected(self, keys: list[str], zarr_format: ZarrFormat) -> dict[str, bytes]:
+        """The node metadata records a consolidated record of ``zarr_format`` holds."""
         records = {}
         for key in keys:
             if collects(key, zarr_format):
                 data = self._read_record(key)
                 if data is not None:
                     records[key] = data
-        key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
-        self._write_record(key, encode_consolidated(records, zarr_format))
+        return records
+
+    def _consolidate_if_stale(self) -> None:
+        """Before a writing store closes: consolidates again if nodes changed since the last
+        :meth:`consolidate` (an attribute set, an array created after it), so that no reader
+        opens an outdated hierarchy from the consolidated record."""
+        consolidated = self._consolidated
+        if consolidated is None or self.read_only:
+            return
+        zarr_format, records = consolidated
+        if self._collected(self._record_keys(), zarr_format) != records:
+            self.consolidate()

@@ -26,6 +26,7 @@ from ..errors import ConsolidatedMetadataError
 __all__ = [
     "CONSOLIDATED_KEY_V2",
     "CONSOLIDATED_KEY_V3",
+    "ZARR_PYTHON_CONSOLIDATED_KEY_V2",
     "ConsolidatedMetadataError",
     "child_nodes",
     "collects",
@@ -39,7 +40,8 @@ __all__ = [
 
 CONSOLIDATED_KEY_V2 = ".zmetadata.cbor.xz"
 CONSOLIDATED_KEY_V3 = "zarr.json.cbor.zlib"
-_ZARR_PYTHON_2_CONSOLIDATED_KEY = ".zmetadata"
+#: zarr-python's own consolidated metadata record of format 2.
+ZARR_PYTHON_CONSOLIDATED_KEY_V2 = ".zmetadata"
 _V2_NAMES = frozenset({".zgroup", ".zarray", ".zattrs"})
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 
@@ -47,7 +49,7 @@ _XZ_MAGIC = b"\xfd7zXZ\x00"
 def is_consolidated_metadata_key(key: str) -> bool:
     """True for keys of consolidated metadata records: the compressed records of both zarr
     formats, and zarr-python 2's ``.zmetadata``."""
-    return key in (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, _ZARR_PYTHON_2_CONSOLIDATED_KEY)
+    return key in (CONSOLIDATED_KEY_V2, CONSOLIDATED_KEY_V3, ZARR_PYTHON_CONSOLIDATED_KEY_V2)
 
 
 _NODE_NAMES = frozenset({".zarray", ".zgroup", "zarr.json"})

@@ -154,7 +154,10 @@ class IndexedTarZarrStore(Store):
         return self._archive.mode == "r"
 
     def close(self) -> None:
-        """Closes the store: when writing, appends the node metadata records and the index."""
+        """Closes the store: when writing, appends the node metadata records (consolidated
+        again if they changed since :meth:`consolidate`) and the index."""
+        if not self._archive.closed:
+            self._consolidate_if_stale()
         super().close()
         self._archive.close()
 

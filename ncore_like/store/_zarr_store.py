@@ -22,6 +22,7 @@ from ..errors import ConsolidatedMetadataError, ReadOnlyError, RecordExistsError
 from ._consolidated import (
     CONSOLIDATED_KEY_V2,
     CONSOLIDATED_KEY_V3,
+    ZARR_PYTHON_CONSOLIDATED_KEY_V2,
     child_nodes,
     decoded_consolidated,
     standard_consolidated,
@@ -33,8 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["ItarZarrStore"]
 
 # zarr-python's own consolidated metadata: format 2's record, and format 3's root node.
-_ZARR_PYTHON_CONSOLIDATED_V2 = ".zmetadata"
-_STANDARD_CONSOLIDATED_KEYS = frozenset({_ZARR_PYTHON_CONSOLIDATED_V2, "zarr.json"})
+_STANDARD_CONSOLIDATED_KEYS = frozenset({ZARR_PYTHON_CONSOLIDATED_KEY_V2, "zarr.json"})
 _UNKNOWN = object()
 
 
@@ -162,7 +162,7 @@ class ItarZarrStore(SyncZarrStore):
 
     def _make_standard_consolidated(self, key: str) -> Any:
         archive = self._archive
-        zarr_format: Literal[2, 3] = 2 if key == _ZARR_PYTHON_CONSOLIDATED_V2 else 3
+        zarr_format: Literal[2, 3] = 2 if key == ZARR_PYTHON_CONSOLIDATED_KEY_V2 else 3
         record_key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
         if record_key not in archive or (zarr_format == 2 and key in archive):
             return self._NOT_OVERLAID
@@ -258,9 +258,9 @@ class ItarZarrStore(SyncZarrStore):
         """The archive's keys, and ``.zmetadata`` where it is served (format 2)."""
         yield from self._archive
         if self._node_metadata is None and self._archive.mode == "r":
-            served = self._standard_consolidated(_ZARR_PYTHON_CONSOLIDATED_V2)
+            served = self._standard_consolidated(ZARR_PYTHON_CONSOLIDATED_KEY_V2)
             if served is not self._NOT_OVERLAID:
-                yield _ZARR_PYTHON_CONSOLIDATED_V2
+                yield ZARR_PYTHON_CONSOLIDATED_KEY_V2
 
     def listed_keys(self) -> list[str]:
         """Every key the store lists (the archive's, and what it serves besides)."""
