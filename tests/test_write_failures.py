@@ -237,3 +237,34 @@ def test_closing_again_after_a_failed_close_says_nothing_was_published(tmp_path:
     assert "nothing was published" in lines[1] and f"ncore-like recover {path}" in lines[1]
     assert not path.exists()
     assert recover(path).records == 1 and IndexedTarArchive(path)["x"] == bytes(1 << 20)
+
+
+def test_a_pack_that_fills_the_disk_says_its_partial_file_was_discarded(tmp_path: Path) -> None:
+    """pack discards its partial file on a failure (the source is still there): the error
+    must not say that what was written stays for recovery."""
+    import numpy as np
+
+    from ncore_like import IndexedTarZarrStore
+
+    source = tmp_path / "src.itar"
+    with IndexedTarZarrStore(source, mode="w") as store:
+        store.create_root_group({}).create_array("x", np.arange(1 << 20), chunks=(1 << 16,), compression=None)
+        store.consolidate()
+    script = textwrap.dedent(
+        """
+        import resource, signal, sys
+        from ncore_like import pack
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, resource.RLIM_INFINITY))
+        try:
+            pack(sys.argv[1], sys.argv[2])
+        except OSError as error:
+            print(error, flush=True)
+        """
+    )
+    out = tmp_path / "out.itar"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(source), str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert "File too large (writing the archive; its partial file was discarded)" in done.stdout, done
+    assert "stays for recovery" not in done.stdout and not list(tmp_path.glob("out.itar*"))

@@ -21,6 +21,7 @@ from .._concurrency import default_workers, ordered_map
 from .._signals import deferred_signals
 from ..archive import IndexedTarArchive, Location, error_detail, scan_records, verify_archive
 from ..archive._format import validate_key
+from ..archive._writer import KEPT_FOR_RECOVERY
 from ..errors import ArchiveExistsError
 from ..nodes import Array, BloscCompression, EncodedArray, Group, IndexedTarZarrStore, Store, ZarrStoreAdapter
 from ..store._documents import describe_codecs
@@ -302,6 +303,10 @@ def _writing(dest: Location, *, overwrite: bool, durable: bool = True) -> Iterat
                 "to replace it)",
                 archive=dest.name,
             ) from error
+        if isinstance(error, OSError) and error.strerror and KEPT_FOR_RECOVERY in error.strerror:
+            # The writer's words; pack discarded its partial file (the source is still there).
+            detail = error.strerror.replace(KEPT_FOR_RECOVERY, "writing the archive; its partial file was discarded")
+            raise type(error)(error.errno, detail, error.filename) from error
         raise
 
 

@@ -61,6 +61,7 @@ from ._sources import remote_errors, remote_failure
 from ._table import encode_index_tail
 
 __all__ = [
+    "KEPT_FOR_RECOVERY",
     "PARTIAL_SUFFIX",
     "ArchiveWriter",
     "PackedRecords",
@@ -74,6 +75,8 @@ __all__ = [
 ]
 
 _Buffer = bytes | bytearray | memoryview
+#: What an error of a failed write says of the partial file (callers that discard it say so).
+KEPT_FOR_RECOVERY = "writing the archive; what was written stays for recovery"
 _PADDING = bytes(BLOCK_SIZE)
 #: Buffers one ``pwritev`` takes at most (the kernel's ``IOV_MAX``).
 _IOV_MAX = 1024
@@ -382,7 +385,7 @@ class _LocalSink:
                 # index) written at ``start`` could leave it behind them (see flush()).
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, start)
-                detail = f"{error.strerror} (writing the archive; what was written stays for recovery)"
+                detail = f"{error.strerror} ({KEPT_FOR_RECOVERY})"
                 raise OSError(error.errno, detail, self._partial) from error
             offset += written
             # Partial writes are rare (signals, full disks): continue after what was written.
