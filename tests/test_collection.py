@@ -80,7 +80,7 @@ def test_archives_let_go_by_the_collection_keep_serving_their_readers(tmp_path: 
         count = 0
         for fd in os.listdir("/proc/self/fd"):
             with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed since
-                count += os.readlink(f"/proc/self/fd/{fd}").endswith(".itar")
+                count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path))  # not other tests' files
         return count
 
     assert open_archives() <= 1  # what the collection holds, and no more

@@ -209,6 +209,9 @@ def test_bad_fields_and_files_are_named(tmp_path: Path) -> None:
     # is no function: said at once, not as a bare KeyError or "'int' object is not callable".
     with pytest.raises(ValueError, match=r"blob pattern 'cameras/front/\{j:05d\}' names .*KeyError: 'j'"):
         SampleIndex.build(pattern, {"front": Blob("cameras/front/{j:05d}")})
+    for typo in ("cameras/front/{i:04d}", "camera/front/{i:05d}"):  # names nothing: not a 0-sample index
+        with pytest.raises(ValueError, match=rf"seq-00\.itar: no blob '{typo.format(i=0)}' \(the first of"):
+            SampleIndex.build(pattern, {"front": Blob(typo)})
     with pytest.raises(ValueError, match="doesn't depend on"):
         Blob("cameras/front/00000{i!s:.0}")
     with pytest.raises(TypeError, match=r"length= is a function of a sequence's root group.*got int 5"):
@@ -400,6 +403,14 @@ def test_resume_in_the_same_process_and_state_checks(fleet: SampleIndex) -> None
         TrainingDataset(fleet, seed=5).load_state_dict(state)
     with pytest.raises(ValueError, match="not a TrainingDataset state"):
         resumed.load_state_dict({"epoch": 0})
+    # The same number of samples from the archives in another order (a glob expanded again
+    # after the fleet changed): the remaining samples would be others, some twice.
+    reordered = SampleIndex.build(list(reversed([archive.location for archive in fleet.archives])), FIELDS)
+    assert len(reordered) == len(fleet)
+    with pytest.raises(ValueError, match="another order or index: index"):
+        TrainingDataset(reordered, seed=4).load_state_dict(state)
+    older = {key: value for key, value in state.items() if key != "index"}  # saved before states held it
+    TrainingDataset(fleet, seed=4).load_state_dict(older)
 
 
 def test_persistent_workers_follow_the_state(fleet: SampleIndex) -> None:

@@ -335,6 +335,7 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             "block_size": self.block_size,
             "equalize": self.equalize,
             "samples": len(self.index),
+            "index": self.index.fingerprint(),
             "epoch": self._epoch,
             "spread": self._spread,
             "passes": [list(segment) for segment in self._segments_now()],
@@ -348,8 +349,10 @@ class TrainingDataset(_IterableBase):  # type: ignore[type-arg]
             raise ValueError(f"not a TrainingDataset state: {state!r:.200}")
         mine = {
             "seed": self.seed, "shuffle": self.shuffle, "block_size": self.block_size, "equalize": self.equalize,
-            "samples": len(self.index),
+            "samples": len(self.index), "index": self.index.fingerprint(),
         }  # fmt: skip
+        if "index" not in state:  # a state saved before states carried it: the count alone
+            del mine["index"]
         differ = {key: (state.get(key), value) for key, value in mine.items() if state.get(key) != value}
         if differ:
             what = ", ".join(f"{key} {theirs!r} (this dataset: {ours!r})" for key, (theirs, ours) in differ.items())

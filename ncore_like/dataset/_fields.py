@@ -240,6 +240,8 @@ def resolve_blobs(field: Blob, root: Group, where: str) -> Resolved:
         keys.append(key if key in archive else None)
         lengths.append(shape[0] if shape else dtype.itemsize)
         index += 1
+    if not index:  # a pattern that names nothing (a typo, another zero padding): not 0 samples
+        raise ValueError(f"{where}: no blob {field.pattern.format(i=0)!r} (the first of {field.pattern!r})")
     return Resolved(FieldLayout("blob", bool(compressed)), keys, lengths)
 
 

@@ -90,6 +90,17 @@ class SampleIndex:
         self.storage_options = dict(storage_options or {})
         self.cache = cache
 
+    def fingerprint(self) -> str:
+        """A short digest of which samples the index numbers how: its archives (location,
+        size, version) and their lengths, in order. Two indexes with the same number of
+        samples from other archives, or in another order, differ in it."""
+        import hashlib
+        import json
+
+        described = [[archive.location, archive.file_size, archive.version] for archive in self.archives]
+        text = json.dumps([described, self.lengths.tolist()], separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     # -- building -----------------------------------------------------------------------------
 
     @classmethod
