@@ -1039,3 +1039,29 @@ def test_cat_to_a_full_disk_says_it_could_not_write_standard_output(tmp_path: Pa
         )
     assert done.returncode == 1
     assert done.stderr.strip() == "ncore-like: error: can't write to standard output: No space left on device"
+
+
+def test_refs_never_replaces_a_file_unless_asked_and_writes_it_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``refs --output`` replaced any file there (and wrote into a symlink's target)."""
+    import os
+
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        store.create_root_group({}).create_array("x", np.arange(4))
+        store.consolidate()
+    precious = tmp_path / "p.json"
+    precious.write_text("precious")
+    code, _, err = cli(capsys, "refs", str(path), "--output", str(precious))
+    assert code == 1 and "exists already (pass --overwrite" in err and precious.read_text() == "precious"
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("elsewhere")
+    link.symlink_to(target)
+    assert cli(capsys, "refs", str(path), "--output", str(link), "--overwrite")[0] == 0
+    assert target.read_text() == "elsewhere" and not link.is_symlink()  # the link replaced, not its target
+    assert json.loads(link.read_text())["refs"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert link.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() creates files, not mkstemp's 0o600
+    assert not list(tmp_path.glob("*.ncore-like-tmp"))

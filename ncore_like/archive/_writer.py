@@ -84,6 +84,17 @@ _IOV_MAX = 1024
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK})
 
 
+def _new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 without the process's umask (read from
+    /proc, as setting the umask to learn it would race with other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = 0o022
+    return 0o666 & ~umask
+
+
 def write_file(target: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> None:
     """Writes a small file whole: under a temporary name beside ``target``, then renamed into
     place (without ``overwrite``, only if the name is still free), so that ``target`` is never
@@ -101,6 +112,7 @@ def write_file(target: str | os.PathLike[str], data: bytes, *, overwrite: bool =
     try:
         with deferred_signals():  # a temporary file created is a temporary file removed
             fd, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".ncore-like-tmp")
+        os.fchmod(fd, _new_file_mode())  # as open() would create it (mkstemp's are the owner's alone)
         with os.fdopen(fd, "wb") as file:
             file.write(data)
         try:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import archive_store, reporting
+from ._common import CommandError, archive_store, reporting
 
 __all__ = ["register", "run"]
 
@@ -29,7 +29,10 @@ def register(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--url", help="where readers find the archive (default: ARCHIVE as given, made absolute if a local path)"
     )
-    parser.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of standard output")
+    parser.add_argument(
+        "--output", type=Path, metavar="FILE", help="write to FILE (which must not exist) instead of standard output"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace FILE if it exists")
     parser.set_defaults(run=run)
 
 
@@ -42,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
+        from ..archive._writer import write_file  # whole or not at all, never into a symlink's target
+
         with reporting(str(args.output)):
-            args.output.write_text(text, encoding="utf-8")
+            try:
+                write_file(args.output, text.encode(), overwrite=args.overwrite)
+            except FileExistsError:
+                raise CommandError(f"{args.output}: exists already (pass --overwrite to replace it)") from None
     return 0
