@@ -1065,3 +1065,29 @@ def test_refs_never_replaces_a_file_unless_asked_and_writes_it_whole(
     os.umask(umask)
     assert link.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() creates files, not mkstemp's 0o600
     assert not list(tmp_path.glob("*.ncore-like-tmp"))
+
+
+def test_cat_refuses_before_reading_arrays_too_large_or_bound_for_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 4 PB array was read until the process was killed; a 320 MB one was read whole and
+    only then refused on a terminal."""
+    import ncore_like.cli._cat as cat_module
+
+    path = tmp_path / "huge.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({})
+        root.create_empty_array("giant", shape=(10**15,), dtype="f4", chunks=(10**6,), fill_value=1.0)
+        root.create_empty_array("wide", shape=(2, 1000), dtype="f8", chunks=(1, 1000), fill_value=0.0)
+        store.consolidate()
+
+    def no_read(*args: Any) -> Any:
+        raise AssertionError("read before it was refused")
+
+    monkeypatch.setattr(cat_module, "_values", no_read)
+    code, _, err = cli(capsys, "cat", str(path), "giant")
+    assert code == 1 and "array 'giant' holds 3638.0 TiB, more than cat reads at once" in err
+    assert "select a part, e.g. 'giant[0:" in err
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, _, err = cli(capsys, "cat", str(path), "wide")
+    assert code == 1 and "its values come as numpy's .npy format; redirect the output to a file" in err

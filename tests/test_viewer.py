@@ -485,3 +485,18 @@ def test_first_paint_and_steps_with_20_ms_per_request(
         page.click("#next")
         shown_frame(page, 13)
         assert gets(slow_s3) == []
+
+
+def test_the_plan_of_a_very_wide_array_costs_no_label_per_column() -> None:
+    """A (2, 2_000_000) array shows no columns view, yet its plan made a label for each of
+    its 2,000,000 columns (~1.5 GB for 20,000,000): a click on it in the tree."""
+    import tracemalloc
+
+    from ncore_like.viewer._previews import preview_plan
+
+    tracemalloc.start()
+    plan = preview_plan((2, 2_000_000), np.dtype("f8"), {})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert "columns" not in plan["views"] and "image" in plan["views"]
+    assert peak < 1 << 20, peak

@@ -17,7 +17,15 @@ from .._pack._hierarchy import blob_size, has_hierarchy, is_blob, is_variable_le
 from ..archive import IndexedTarArchive, is_node_metadata_key
 from ..nodes import Array, Group, Selection
 from ..nodes._array import chunk_key_of
-from ._common import CommandError, add_quiet_option, archive_store, close_matches, describe_error, progress
+from ._common import (
+    CommandError,
+    add_quiet_option,
+    archive_store,
+    close_matches,
+    describe_error,
+    format_bytes,
+    progress,
+)
 
 __all__ = ["parse_selection", "register", "run"]
 
@@ -136,16 +144,32 @@ def _payload(array: Array, archive: IndexedTarArchive, name: str, quiet: bool) -
         return array.read_bytes() if key is None else _record(archive, key, quiet)
     if is_variable_length(array):
         raise _no_single_form(array, math.prod(array.shape), name)
+    _refuse_npy_on_a_terminal(array, name)  # before reading: a large array takes a while
+    nbytes = array.dtype.itemsize * math.prod(array.shape)
+    if nbytes > _MAX_CAT_BYTES:
+        example = f"'{array.path}[0:{max(1, _MAX_CAT_BYTES // max(1, nbytes // max(1, array.shape[0])))}]'"
+        raise CommandError(
+            f"{name}: array {array.path!r} holds {format_bytes(nbytes)}, more than cat reads at once "
+            f"({format_bytes(_MAX_CAT_BYTES)}); select a part, e.g. {example}"
+        )
     return _npy(_values(array, archive.is_remote, quiet), array, name)
 
 
-def _npy(values: np.ndarray[Any, Any], array: Array, name: str) -> bytes:
-    """Values in numpy's .npy format (refused on a terminal)."""
+#: The most an array cat writes whole may hold (it is read into memory, then written).
+_MAX_CAT_BYTES = 4 << 30
+
+
+def _refuse_npy_on_a_terminal(array: Array, name: str) -> None:
     if sys.stdout.isatty():
         raise CommandError(
             f"{name}: array {array.path!r} ({array.dtype}, shape {array.shape}) is no blob: its values come as "
             "numpy's .npy format; redirect the output to a file"
         )
+
+
+def _npy(values: np.ndarray[Any, Any], array: Array, name: str) -> bytes:
+    """Values in numpy's .npy format (refused on a terminal)."""
+    _refuse_npy_on_a_terminal(array, name)
     buffer = io.BytesIO()
     np.save(buffer, values, allow_pickle=False)
     return buffer.getvalue()

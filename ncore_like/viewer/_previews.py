@@ -75,7 +75,9 @@ def preview_plan(shape: Sequence[int], dtype: np.dtype[Any], attributes: Mapping
     trailing = shape[1:]
     points = dtype.kind == "f" and shape[-1] in _POINT_VALUES and shape[-2] >= _MIN_POINTS
     columns = math.prod(trailing) <= _MAX_COLUMNS
-    labels = _column_labels(trailing, attributes)
+    # Labels only where columns are shown: one per column of a (2, 20_000_000) array took
+    # ~1.5 GB for a request of its metadata.
+    labels = _column_labels(trailing, attributes) if columns else []
     if points:
         point_labels = _column_labels(shape[-1:], attributes)
         colour = point_labels.index("intensity") if "intensity" in point_labels else min(3, shape[-1] - 1)
