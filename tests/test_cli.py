@@ -1091,3 +1091,26 @@ def test_cat_refuses_before_reading_arrays_too_large_or_bound_for_a_terminal(
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     code, _, err = cli(capsys, "cat", str(path), "wide")
     assert code == 1 and "its values come as numpy's .npy format; redirect the output to a file" in err
+
+
+@pytest.mark.parametrize("command", ["tree", "info", "ls", "verify"])
+def test_json_output_is_strict_json_with_nan_and_infinities(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Attributes and fill values of NaN or infinity came out as bare ``NaN``, which strict
+    parsers (a browser's JSON.parse) refuse."""
+    path = tmp_path / "nan.itar"
+    with IndexedTarZarrStore(path, mode="w") as store:
+        root = store.create_root_group({"nan": float("nan"), "limits": [float("-inf"), 1.5, float("inf")]})
+        root.create_empty_array("x", shape=(3,), dtype="f4", chunks=(3,), fill_value=np.nan)
+        store.consolidate()
+    arguments = ["tree", "--json", "-a"] if command == "tree" else [command, "--json"]
+    code, out, _ = cli(capsys, *arguments, str(path))
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    document = json.loads(out, parse_constant=refuse)
+    assert code == 0 and document
+    if command == "tree":
+        assert document["attributes"] == {"nan": "NaN", "limits": ["-Infinity", 1.5, "Infinity"]}

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import fnmatch
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -241,8 +242,21 @@ def reporting(*subjects: str) -> Iterator[None]:
 
 
 def print_json(document: Any) -> None:
-    """Prints a JSON document (indented, keys in the order given)."""
-    print(json.dumps(document, indent=2, ensure_ascii=False))
+    """Prints a JSON document (indented, keys in the order given), strict JSON: NaN and the
+    infinities (in attributes, fill values) as the strings ``"NaN"``, ``"Infinity"`` and
+    ``"-Infinity"``, as zarr's metadata spells them, not as bare tokens no strict parser
+    (a browser's ``JSON.parse``) takes."""
+    print(json.dumps(_strict(document), indent=2, ensure_ascii=False, allow_nan=False))
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item) for item in value]
+    return value
 
 
 def format_bytes(size: int) -> str:
