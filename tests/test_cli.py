@@ -1114,3 +1114,20 @@ def test_json_output_is_strict_json_with_nan_and_infinities(
     assert code == 0 and document
     if command == "tree":
         assert document["attributes"] == {"nan": "NaN", "limits": ["-Infinity", 1.5, "Infinity"]}
+
+
+def test_extract_refuses_records_that_would_be_a_file_and_a_folder_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An archive may hold ``a`` and ``a/b``; a file system can't: extract wrote ``a`` and
+    then failed with ``File exists``."""
+    path = tmp_path / "conflict.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive["a"] = b"1"
+        archive["a/b"] = b"2"
+        archive["c"] = b"3"
+    code, _, err = cli(capsys, "extract", "-q", str(path), "-C", str(tmp_path / "out"))
+    assert code == 1 and "1 record(s) lie below another record" in err and "a/b" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert cli(capsys, "extract", "-q", str(path), "c", "-C", str(tmp_path / "apart"))[0] == 0
+    assert (tmp_path / "apart" / "c").read_bytes() == b"3"

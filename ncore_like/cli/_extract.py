@@ -104,8 +104,18 @@ def _shown(paths: list[str]) -> str:
 
 
 def _refuse_existing(archive_name: str, files: dict[str, Path], *, overwrite: bool) -> None:
-    """Refuses, before anything is written, files that exist (unless ``overwrite``) and
-    folders where files go (a file never replaces a folder)."""
+    """Refuses, before anything is written, files that exist (unless ``overwrite``),
+    folders where files go (a file never replaces a folder), and records that would be both
+    a file and a folder (``a`` and ``a/b``: the archive holds both, a file system can't)."""
+    keys = set(files)
+    both = sorted(
+        key for key in keys if any("/".join(key.split("/")[:end]) in keys for end in range(1, key.count("/") + 1))
+    )
+    if both:
+        raise CommandError(
+            f"{archive_name}: {len(both)} record(s) lie below another record, which can't be a file and a folder "
+            f"at once ({_shown(both)}); nothing was written: extract them apart (KEY patterns)"
+        )
     folders = [str(path) for path in files.values() if os.path.isdir(path) and not os.path.islink(path)]
     if folders:
         raise CommandError(
