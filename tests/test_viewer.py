@@ -500,3 +500,27 @@ def test_the_plan_of_a_very_wide_array_costs_no_label_per_column() -> None:
     tracemalloc.stop()
     assert "columns" not in plan["views"] and "image" in plan["views"]
     assert peak < 1 << 20, peak
+
+
+def test_the_text_preview_reads_the_slab_that_holds_its_values(tmp_path: Path) -> None:
+    """200 values of a (3, 1_000_000) datetime array read three whole rows (24 MB; 532 MB
+    for 20,000,000 columns). The values are numpy's first 200 in C order."""
+    import json
+    import struct
+    import tracemalloc
+
+    from ncore_like import IndexedTarZarrStore
+    from ncore_like.viewer._previews import preview
+
+    values = np.arange(3 * 1_000_000).astype("M8[s]").reshape(3, 1_000_000)
+    with IndexedTarZarrStore(tmp_path / "t.itar", mode="w") as store:
+        store.create_root_group({}).create_array("t", values, chunks=(1, 10_000))
+    array = IndexedTarZarrStore(tmp_path / "t.itar").open_root_group(consolidated=False).array("t")
+    tracemalloc.start()
+    payload = preview(array, "text", 0, {})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    (length,) = struct.unpack_from("<I", payload)
+    header = json.loads(payload[4 : 4 + length])
+    assert header["values"] == [str(value) for value in values.reshape(-1)[:200]] and header["total"] == values.size
+    assert peak < 4 << 20, peak

@@ -125,6 +125,23 @@ def pack(header: Mapping[str, Any], values: np.ndarray | None = None) -> bytes:
     return struct.pack("<I", len(text)) + text + body
 
 
+def _first_elements(array: Array, count: int) -> np.ndarray:
+    """The first ``count`` elements in C order, reading no more than the slab that holds
+    them (200 values of a ``(3, 20_000_000)`` array: not three whole rows)."""
+    if not array.shape or not count:
+        return array.read().reshape(-1)[:count]
+    selection: list[Any] = []
+    for axis, size in enumerate(array.shape):
+        inner = math.prod(array.shape[axis + 1 :])
+        if inner >= count and axis < len(array.shape) - 1:
+            selection.append(0)  # all of them lie in the first slab along this axis
+            continue
+        selection.append(slice(0, min(size, -(-count // max(inner, 1)))))
+        break
+    values: np.ndarray = array.read(tuple(selection)).reshape(-1)[:count]
+    return values
+
+
 def _lead_index(lead: Sequence[int], index: int) -> tuple[int, ...]:
     count = math.prod(lead)
     if not 0 <= index < max(count, 1):
@@ -172,10 +189,8 @@ def preview(array: Array, view: str, index: int, attributes: Mapping[str, Any]) 
         header["value"] = value.item() if np.isfinite(value).all() else str(value)
         return pack(header)
     if view == "text":
-        count = min(array.size, _MAX_TEXT_VALUES)
-        rows = max(1, min(array.shape[0], count)) if array.shape else 0
-        values = array.read(slice(0, rows)) if array.shape else array.read()
-        header["values"] = [str(value) for value in values.reshape(-1)[:count]]
+        values = _first_elements(array, min(array.size, _MAX_TEXT_VALUES))
+        header["values"] = [str(value) for value in values]
         header["total"] = array.size
         return pack(header)
     trailing = array.shape[len(lead) + 1 :]
