@@ -509,6 +509,20 @@ def test_the_command_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_the_command_names_the_address_it_cant_listen_on_not_the_archive(viewer: Viewer, sequence: Path) -> None:
+    """A port in use was reported as an error of the archive (``sequence.itar: [Errno 98]``)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ncore_like", "view", str(sequence), "--no-browser", "--port", str(viewer.port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=loopback_env(),
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"ncore-like: error: can't listen on 127.0.0.1:{viewer.port} (")
+    assert str(sequence) not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_without_aiohttp_the_viewer_says_what_to_install(sequence: Path) -> None:
     # None in sys.modules: ``import aiohttp`` fails as if it were not installed.
     code = "import sys; sys.modules['aiohttp'] = None; from ncore_like.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 import warnings
 from typing import Any
@@ -51,10 +53,16 @@ def run(args: argparse.Namespace) -> int:
     location = Location.parse(args.archive, args.storage_options)
     with reporting(location.name), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        host = args.host or LOOPBACK
         try:
-            viewer = view(location.target, host=args.host or LOOPBACK, port=args.port, open_browser=not args.no_browser)
+            viewer = view(location.target, host=host, port=args.port, open_browser=not args.no_browser)
         except ImportError as error:  # no aiohttp: say what to install
             raise CommandError(str(error)) from error
+        except OSError as error:
+            if not _cant_listen(error):
+                raise  # the archive's (reporting names it)
+            where = f"{host}:{args.port}" if args.port else host
+            raise CommandError(f"can't listen on {where} ({error.strerror or error})") from error
     for warning in caught:
         print(f"ncore-like: warning: {warning.message}", file=sys.stderr)
     try:
@@ -68,3 +76,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         viewer.stop()
     return 0
+
+
+def _cant_listen(error: OSError) -> bool:
+    """True for errors of the address to listen on (a name that doesn't resolve, a port
+    in use, an address this machine doesn't have), not of the archive."""
+    return isinstance(error, socket.gaierror) or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
