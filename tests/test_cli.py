@@ -457,7 +457,7 @@ def test_pack_compression_and_destinations(tmp_path: Path, capsys: pytest.Captur
         assert packed.array("values").compression == BloscCompression("zstd", 3)
         np.testing.assert_array_equal(packed.array("values").read(), np.arange(200).reshape(50, 4))
     code, _, err = cli(capsys, "pack", "--compression", "snappy", str(directory), str(tmp_path / "s.itar"))
-    assert code == 1 and "--compression 'snappy'" in err and not (tmp_path / "s.itar").exists()
+    assert code == 2 and "--compression 'snappy'" in err and not (tmp_path / "s.itar").exists()  # usage
     code, _, err = cli(capsys, "pack", str(tmp_path / "z.itar"), str(tmp_path / "back.zarr"))
     assert code == 1 and "ncore-like extract" in err and not (tmp_path / "back.zarr").exists()
     empty = tmp_path / "empty"
@@ -1131,3 +1131,8 @@ def test_extract_refuses_records_that_would_be_a_file_and_a_folder_before_writin
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert cli(capsys, "extract", "-q", str(path), "c", "-C", str(tmp_path / "apart"))[0] == 0
     assert (tmp_path / "apart" / "c").read_bytes() == b"3"
+
+
+def test_recover_given_its_output_twice_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "recover", "--output", str(tmp_path / "x.itar"), str(tmp_path / "a.partial"), "y.itar")
+    assert code == 2 and "give the recovered archive's name once" in err  # argparse's code for usage errors

@@ -399,7 +399,7 @@ def test_the_story_of_issue_19_recover_never_replaces_the_intact_archive(
     assert "seq15.recovered.itar" in out and not partial(path).exists()
     assert verify_archive(IndexedTarArchive(tmp_path / "seq15.recovered.itar")).problems == []
     code, _, err = cli(capsys, "recover", str(path), str(tmp_path / "y.itar"), "--output", str(tmp_path / "x.itar"))
-    assert code == 1 and "once" in err
+    assert code == 2 and "once" in err  # wrong usage
 
 
 def test_pack_refuses_an_existing_destination_unless_told_to_overwrite(

@@ -21,6 +21,7 @@ from .._signals import Terminated, handling_signals
 from ._common import (
     EXPECTED_ERRORS,
     CommandError,
+    UsageError,
     describe_error,
     storage_option_parser,
     warn_unused_storage_options,
@@ -151,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     except CommandError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, UsageError) else 1
     except EXPECTED_ERRORS as error:
         print(f"{PROG}: error: {describe_error(error)}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ __all__ = [
     "CommandError",
     "Location",
     "Progress",
+    "UsageError",
     "add_json_option",
     "add_quiet_option",
     "archive_documents",
@@ -53,6 +54,11 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (NcoreLikeError, OSError, Val
 
 class CommandError(Exception):
     """A failure a command reports as ``ncore-like: error: <message>`` (exit code 1)."""
+
+
+class UsageError(CommandError):
+    """Arguments that can't go together or can't be read, found after argparse: reported
+    the same way, with argparse's exit code for usage errors (2)."""
 
 
 # -- locations ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from ..errors import ArchiveExistsError
 from ._common import (
     CommandError,
     Location,
+    UsageError,
     add_quiet_option,
     describe_error,
     format_bytes,
@@ -148,7 +149,7 @@ def _pack_one(src: str, dest: str, args: argparse.Namespace) -> list[str]:
     try:
         parse_compression(args.compression)
     except ValueError as error:
-        raise CommandError(f"--{error}") from error
+        raise UsageError(f"--{error}") from error
     name = Location.parse(dest, args.storage_options).name
     with reporting(Location.parse(src, args.storage_options).name, name):
         try:

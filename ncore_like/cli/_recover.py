@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..store import RecoveryReport, recover
-from ._common import CommandError, Location, add_json_option, format_bytes, print_json, reporting
+from ._common import Location, UsageError, add_json_option, format_bytes, print_json, reporting
 
 __all__ = ["register", "run", "summary"]
 
@@ -65,7 +65,7 @@ def summary(report: RecoveryReport) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Recovers the archive and prints what happened."""
     if args.dest is not None and args.output is not None:
-        raise CommandError("give the recovered archive's name once: --output PATH (DEST is its older spelling)")
+        raise UsageError("give the recovered archive's name once: --output PATH (DEST is its older spelling)")
     location = Location.parse(args.archive, args.storage_options)
     with reporting(location.name):
         report = recover(location.target, args.output if args.output is not None else args.dest)
