@@ -108,6 +108,15 @@ def numbers(samples: list[dict[str, Any]]) -> list[int]:
 # -- the index ------------------------------------------------------------------------------
 
 
+def test_a_view_takes_negative_numbers_one_by_one_and_in_batches(fleet: SampleIndex) -> None:
+    view = SampleView(fleet)
+    last = view[len(fleet) - 1]
+    assert numbers([view[-1]]) == numbers([last]) == numbers(view.__getitems__([-1]))
+    assert numbers(view.__getitems__([-len(fleet), 3, -2])) == [0, 3, len(fleet) - 2]
+    with pytest.raises(IndexError):
+        view.__getitems__([-len(fleet) - 1])
+
+
 def test_samples_are_what_was_written(fleet: SampleIndex) -> None:
     assert list(fleet.lengths) == [12, 9, 15, 12]
     view = SampleView(fleet, verify_checksums=True)
@@ -209,6 +218,8 @@ def test_bad_fields_and_files_are_named(tmp_path: Path) -> None:
     # is no function: said at once, not as a bare KeyError or "'int' object is not callable".
     with pytest.raises(ValueError, match=r"blob pattern 'cameras/front/\{j:05d\}' names .*KeyError: 'j'"):
         SampleIndex.build(pattern, {"front": Blob("cameras/front/{j:05d}")})
+    with pytest.raises(ValueError, match="no archive to index"):
+        SampleIndex.build([], FIELDS)
     for typo in ("cameras/front/{i:04d}", "camera/front/{i:05d}"):  # names nothing: not a 0-sample index
         with pytest.raises(ValueError, match=rf"seq-00\.itar: no blob '{typo.format(i=0)}' \(the first of"):
             SampleIndex.build(pattern, {"front": Blob(typo)})

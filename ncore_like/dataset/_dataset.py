@@ -404,7 +404,8 @@ class SampleView:
         return self._reader.read([int(number) % len(self)])[0]
 
     def __getitems__(self, numbers: Sequence[int]) -> list[dict[str, Any]]:
+        count = len(self)
         for number in numbers:
-            if not 0 <= number < len(self):
-                raise IndexError(f"sample {number} of {len(self)}")
-        return self._reader.read([int(number) for number in numbers])
+            if not -count <= number < count:  # negative numbers from the end, as [] takes them
+                raise IndexError(f"sample {number} of {count}")
+        return self._reader.read([int(number) % count for number in numbers])

@@ -147,6 +147,8 @@ class SampleIndex:
         options = dict(storage_options or {})
         record_cache = as_cache(cache)
         locations = ArchiveCollection(archives, storage_options=options).locations
+        if not locations:
+            raise ValueError("no archive to index (an empty list)")
         stores = _open_all(locations, options, record_cache, tail_bytes, concurrency)
         known: list[KnownArchive] = []
         lengths: list[int] = []
