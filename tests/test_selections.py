@@ -157,6 +157,13 @@ def test_parts_of_a_row_read_as_numpy_on_the_row_path(arrays: dict[str, Any], da
     assert array.backend.stats.get("fast", 0) == before + 3  # read, read(out=), array[...]: the row path
 
 
+def maybe_with_an_ellipsis(draw: st.DrawFn, items: list[Any]) -> tuple[Any, ...]:
+    """``items`` as a tuple, an Ellipsis inserted somewhere half the time."""
+    if draw(st.booleans()):
+        items.insert(draw(st.integers(0, len(items))), Ellipsis)
+    return tuple(items)
+
+
 @st.composite
 def index_array_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any, ...]:
     """Tuples with index arrays among ints, slices and an Ellipsis: lists, integer arrays and
@@ -177,9 +184,7 @@ def index_array_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any
             if dtype is np.uint8:
                 indices = [index % size for index in indices]
             items.append(indices if kind == "list" else np.array(indices, dtype))
-    if draw(st.booleans()):
-        items.insert(draw(st.integers(0, len(items))), Ellipsis)
-    return tuple(items)
+    return maybe_with_an_ellipsis(draw, items)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -284,9 +289,7 @@ def stepped_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[Any, ..
         else:
             bound = st.none() | st.integers(-size - 2, size + 2)
             items.append(slice(draw(bound), draw(bound), draw(st.sampled_from([-3, -2, -1, 2, 3]))))
-    if draw(st.booleans()):
-        items.insert(draw(st.integers(0, len(items))), Ellipsis)
-    return tuple(items)
+    return maybe_with_an_ellipsis(draw, items)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

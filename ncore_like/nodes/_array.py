@@ -384,9 +384,9 @@ class Array(_ArrayNode):
             if row is not None:
                 return row  # read-only unless it is out
         elif _has_negative_step(selection):
-            flipped = self._read_flipped(selection, out)
-            if flipped is not None:
-                return flipped
+            flips = self._flips(selection, out)
+            if flips is not None:
+                return _flipped(self.read(flips[0]), flips[1], out)
         # The error handling is written out: a context manager costs a noticeable share of
         # a one-chunk read.
         if out is not None:
@@ -400,28 +400,23 @@ class Array(_ArrayNode):
             raise named from error
         return self._finish(result, out)
 
-    def _read_flipped(self, selection: Selection, out: NDArray | None) -> NDArray | None:
-        """:meth:`read` of a basic selection with slices of negative step, as numpy reads it:
-        the range read with a positive step, then flipped; None for other selections (the
-        general path raises their errors)."""
+    def _flips(self, selection: Selection, out: NDArray | None) -> tuple[tuple[Any, ...], set[int]] | None:
+        """For a basic selection (canonical) with slices of negative step, read as numpy
+        reads it: the same range with positive steps and the axes of its result to flip
+        (:func:`_flipped`), ``out`` checked first; None for other selections (the general
+        path raises their errors)."""
         flips = _negative_steps(selection, self.shape)
-        if flips is None:
-            return None
-        positive, axes = flips
-        if out is not None:
-            self._checked_out(out, self._shape_of(positive))
-        return _flipped(self.read(positive), axes, out)
+        if flips is not None and out is not None:
+            self._checked_out(out, self._shape_of(flips[0]))
+        return flips
 
     async def read_async(self, selection: Selection = Ellipsis, *, out: NDArray | None = None) -> NDArray:
         """:meth:`read` without blocking the running event loop; concurrent reads (e.g. with
         ``asyncio.gather``) overlap their I/O and decoding."""
         if _has_negative_step(selection):
-            flips = _negative_steps(canonical(selection), self.shape)
+            flips = self._flips(canonical(selection), out)
             if flips is not None:
-                positive, axes = flips
-                if out is not None:
-                    self._checked_out(out, self._shape_of(positive))
-                return _flipped(await self.read_async(positive), axes, out)
+                return _flipped(await self.read_async(flips[0]), flips[1], out)
         if out is not None:
             self._checked_out(out, self._shape_of(selection))
         try:

@@ -447,14 +447,13 @@ class Group(_GroupNode):
                 isinstance(size, int | np.integer) and not isinstance(size, bool) and size >= 0 for size in sizes
             ):
                 raise ValueError(f"shape {sizes!r} is no tuple of non-negative integers")
+            dims = tuple(map(int, sizes))
             stored = storage_dtype(dtype, self.zarr_format)
-            resolved = resolve_chunks(tuple(chunks), tuple(map(int, sizes)), stored.itemsize)
+            resolved = resolve_chunks(tuple(chunks), dims, stored.itemsize)
             fill = default_fill_value(stored) if fill_value is None else np.asarray(fill_value, dtype=stored)[()]
         except (TypeError, ValueError, OverflowError) as error:  # numpy's and our messages, the array named
             named = _named(error, self._member_where("array", name))
             if named is error:
                 raise
             raise named from error
-        return self._new_array(
-            name, tuple(map(int, sizes)), stored, resolved, compression, fill, attributes, dimension_names
-        )
+        return self._new_array(name, dims, stored, resolved, compression, fill, attributes, dimension_names)
