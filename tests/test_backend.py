@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import tracemalloc
 import uuid
 import warnings
@@ -1073,22 +1074,53 @@ def test_rows_read_by_index_of_every_size_and_dtype_match_numpy(tmp_path: Path, 
 
 @pytest.mark.parametrize("name", ["1", "a12", "12/3", "x0"])
 @pytest.mark.parametrize("zarr_format", [2, 3])
-def test_row_keys_formatted_inline_are_the_chunk_keys(tmp_path: Path, name: str, zarr_format: int) -> None:
-    from ncore_like.backend._backend import _row_key_parts
-    from ncore_like.store._documents import ChunkKeys
-
-    # Names with digits: the prefix found from the keys of rows 1 and 2 must not swallow them.
+def test_rows_of_arrays_named_with_digits_are_their_own(tmp_path: Path, name: str, zarr_format: int) -> None:
     values = np.arange(30 * 3, dtype=np.int16).reshape(30, 3)
     write(tmp_path / "k.itar", lambda root: root.create_array(name, values, chunks=(1, 3)), zarr_format)
     array = IndexedTarZarrStore(tmp_path / "k.itar").open_root_group().array(name)
     for index in range(30):
         np.testing.assert_array_equal(array.read(index), values[index])
-    for separator in (".", "/"):
-        keys = ChunkKeys(f"{name}/c{separator}", separator, "c")
-        prefix, suffix = _row_key_parts(keys, 3)
-        assert prefix is not None
-        assert [f"{prefix}{index}{suffix}" for index in range(120)] == [keys((index, 0, 0)) for index in range(120)]
-    assert _row_key_parts(lambda coords: "/".join(map(str, coords)), 2) == (None, "")  # not ChunkKeys: called
+
+
+@pytest.mark.parametrize(
+    "compression",
+    [BloscCompression(), BloscCompression("zstd", 3, "shuffle", blocksize=1024), BloscCompression("blosclz", 0)],
+    ids=["one block", "four blocks", "stored"],  # python-blosc decodes one block, numcodecs more
+)
+def test_blosc_rows_read_by_index_match_numpy_however_they_are_blocked(
+    tmp_path: Path, compression: BloscCompression
+) -> None:
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((40, 1000)).astype(np.float32)
+    values[:, ::3] = 0
+    write(tmp_path / "b.itar", lambda root: root.create_array("x", values, chunks=(1, 1000), compression=compression))
+    array = open_array(tmp_path / "b.itar", "x")
+    out = np.empty(1000, np.float32)
+    for index in (0, 17, -1):
+        np.testing.assert_array_equal(array.read(index), values[index])
+        assert array.read(np.uint16(index % 40), out=out) is out
+        np.testing.assert_array_equal(out, values[index])
+    assert array.backend.stats == {"fast": 6}
+
+
+@pytest.mark.parametrize("compression", [BloscCompression(), BloscCompression("zstd", 3, blocksize=1024)])
+def test_a_row_whose_blosc_blocks_are_garbled_raises_a_format_error(
+    tmp_path: Path, compression: BloscCompression
+) -> None:
+    from ncore_like import ArchiveFormatError, EncodedArray
+
+    values = np.repeat(np.arange(3, dtype=np.float32), 1000).reshape(3, 1000)
+    encoded = EncodedArray.encode(values, chunks=(1, 1000), compression=compression)
+    whole = encoded.chunk_records[(1, 0)]
+    start = 16 + 4 * (-(-4000 // struct.unpack_from("<I", whole, 8)[0]))  # header, block starts
+    encoded.chunk_records[(1, 0)] = whole[:start] + bytes(byte ^ 0xA5 for byte in whole[start:])
+    write(tmp_path / "g.itar", lambda root: root.create_encoded_array("x", encoded))
+    array = open_array(tmp_path / "g.itar", "x")
+    np.testing.assert_array_equal(array.read(2), values[2])
+    out = np.full(1000, 7.0, np.float32)
+    for into in (None, out):
+        with pytest.raises(ArchiveFormatError, match="'x/1.0' can't be decompressed"):
+            array.read(1, out=into)
 
 
 @pytest.mark.parametrize("width", [4, 5000])  # decompressed into new bytes, or into out= itself

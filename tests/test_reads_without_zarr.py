@@ -1,6 +1,6 @@
 """Reading needs no zarr-python: opening a store, looking nodes up, reading arrays and blobs
 (sync, async, out=, batches), ArchiveCollection and the read-only commands run on the
-metadata views, the backend and numcodecs alone; zarr-python comes with what asks for it
+metadata views, the backend and the Blosc bindings alone; zarr-python comes with what asks for it
 (``.zarr``, writing, a selection the fast planner doesn't cover). Each path runs in a fresh
 interpreter, where imports are visible."""
 
@@ -117,6 +117,18 @@ def test_a_blocking_local_read_imports_neither_asyncio_nor_fsspec(archive: Path)
     )
     # Older numcodecs import asyncio themselves.
     assert imported_beyond(read, "import numpy, numcodecs.blosc\n", ("asyncio", "fsspec", "upath", "zarr")) == set()
+
+
+def test_a_fresh_process_reading_blosc_rows_imports_no_numcodecs(archive: Path) -> None:
+    # Rows of one Blosc block are decoded by python-blosc: a DataLoader worker reading rows
+    # never pays numcodecs' import (30-60 ms, every codec it registers).
+    read = (
+        "import numpy as np\n"
+        "from ncore_like import IndexedTarZarrStore\n"
+        f"rows = IndexedTarZarrStore({str(archive)!r}).open_root_group().group('g').array('rows')\n"
+        "assert rows.read(3)[0] == 90 and rows.read(np.int64(-1), out=np.empty(30, np.float32))[1] == 571\n"
+    )
+    assert imported_beyond(read, "import numpy\n", ("numcodecs", "zarr")) == set()
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

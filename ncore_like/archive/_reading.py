@@ -608,6 +608,34 @@ class ReadingArchive(ArchiveBase):
                 return data
         return self._read_at(key, position, offset)
 
+    def numbered_reader(self, key_of: Callable[[int], str], count: int) -> Callable[[int], bytes]:
+        """:meth:`read` of record ``key_of(number)`` as a function of the number: each
+        number's position in the table is looked up once (a reader's positions never
+        change), so that later reads neither format nor hash its key (~0.3 us of a ~3 us read
+        of a few KB). Then the direct read as in :meth:`read`; keys not (yet) in the table are
+        looked up again at every read."""
+        positions: list[int | None] = [None] * count
+
+        def read_number(number: int) -> bytes:
+            table = self.table
+            position = positions[number]
+            if position is None:
+                key = key_of(number)
+                position = table.positions.get(key)
+                if position is None:
+                    raise KeyError(f"no record {key!r} in {self.name}")
+                positions[number] = position
+            offset = table.offsets[position]
+            fd, below, verify = self._direct
+            if offset < below:
+                size = table.sizes[position]
+                data = os.pread(fd, size, offset)
+                if len(data) == size and (not verify or checksum(data) == table.crcs[position]):  # type: ignore[index]
+                    return data
+            return self._read_at(key_of(number), position, offset)
+
+        return read_number
+
     def _read_at(self, key: str, position: int, offset: int) -> bytes:
         """:meth:`read` of a record held in memory or read through the source, or one whose
         direct read failed (read again: the source retries a short read, a mismatch is

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import ItemsView, Iterator, Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, get_args
 
 from ..errors import ArchiveFormatError, ChecksumError, ReadOnlyError
@@ -264,6 +264,13 @@ class ArchiveBase:
 
     def check_payload(self, key: str, data: bytes | bytearray | memoryview) -> None:
         self.table.check(key, data, self.name)
+
+    def numbered_reader(self, key_of: Callable[[int], str], count: int) -> Callable[[int], bytes]:
+        """``read(key_of(number))`` as a function of ``number`` (``0 <= number < count``, which
+        the caller checks), for reads of records named by numbers (an array's rows); readers
+        make it cheaper (see :meth:`ReadingArchive.numbered_reader`)."""
+        read = self.read  # type: ignore[attr-defined]
+        return lambda number: read(key_of(number))
 
     def locate(self, key: str) -> tuple[int, int]:
         """Offset and size of a record's payload (``KeyError`` naming the archive if none)."""

@@ -11,7 +11,7 @@ import numpy as np
 from .. import _codecs
 from ..errors import ArchiveFormatError
 
-__all__ = ["blosc_decoded", "blosc_into", "decode_into", "raw_checked", "scratch_buffer"]
+__all__ = ["blosc_decoded", "blosc_into", "decode_into", "one_block_decoded", "raw_checked", "scratch_buffer"]
 
 _local = threading.local()
 
@@ -29,6 +29,8 @@ def scratch_buffer(nbytes: int) -> np.ndarray[tuple[int], np.dtype[np.uint8]]:
 _BLOSC_MAX_FORMAT = 4  # the highest Blosc 1 header format version
 #: The Blosc header's version byte, then its nbytes and cbytes (blocksize skipped), little-endian.
 _BLOSC_HEADER = struct.Struct("<B3xI4xI")
+#: The same with the blocksize: a stream of nbytes <= blocksize is one block.
+_BLOSC_HEADER_BLOCKS = struct.Struct("<B3xIII")
 
 
 def decode_into(
@@ -73,6 +75,19 @@ def blosc_into(record: bytes, dest: np.ndarray[Any, Any], nbytes: int, key: str,
         raise _undecodable(key, where, error) from error
 
 
+def one_block_decoded(record: bytes, nbytes: int) -> bytes | None:
+    """The decompressed bytes of a well-formed Blosc record of one block and ``nbytes``
+    bytes; None for anything else, which :func:`blosc_decoded` then decodes or names the
+    error of (the hot path of a row read, without the key its errors need)."""
+    try:
+        version, size, blocksize, cbytes = _BLOSC_HEADER_BLOCKS.unpack_from(record)
+        if size == nbytes and cbytes == len(record) and size <= blocksize and version <= _BLOSC_MAX_FORMAT:
+            return _codecs.decompress_one_block(record, False)
+    except Exception:  # blosc_decoded names the error
+        pass
+    return None
+
+
 def blosc_decoded(record: bytes, nbytes: int, key: str, where: str) -> bytes:
     """The Blosc record of a chunk of ``nbytes`` bytes, decompressed into new bytes (the
     arguments positional, for the row reads that call it directly). Cheaper than
@@ -85,12 +100,15 @@ def blosc_decoded(record: bytes, nbytes: int, key: str, where: str) -> bytes:
     # The quick form of _check_blosc's test (a call less): a header that says what is
     # expected; anything else is examined there.
     try:
-        version, size, cbytes = _BLOSC_HEADER.unpack_from(record)
+        version, size, blocksize, cbytes = _BLOSC_HEADER_BLOCKS.unpack_from(record)
     except struct.error:  # shorter than a header
         version = -1
     if version == -1 or size != nbytes or cbytes != len(record) or version > _BLOSC_MAX_FORMAT:
         _check_blosc(record, nbytes, key, where)
+        blocksize = -1  # numcodecs decodes what passes (trailing bytes, which python-blosc refuses)
     try:
+        if size <= blocksize:  # one block: the cheaper call (see ncore_like._codecs)
+            return _codecs.decompress_one_block(record, False)
         decoded: bytes = _codecs.blosc.decompress(record)
     except Exception as error:
         raise _undecodable(key, where, error) from error
