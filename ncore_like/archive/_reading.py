@@ -612,8 +612,9 @@ class ReadingArchive(ArchiveBase):
         """:meth:`read` of record ``key_of(number)`` as a function of the number: each
         number's position in the table is looked up once (a reader's positions never
         change), so that later reads neither format nor hash its key (~0.3 us of a ~3 us read
-        of a few KB). Then the direct read as in :meth:`read`; keys not (yet) in the table are
-        looked up again at every read."""
+        of a few KB). Then the direct read of :meth:`read`, written out as there (a call
+        through a shared helper would cost both a noticeable share); keys not (yet) in the
+        table are looked up again at every read."""
         positions: list[int | None] = [None] * count
 
         def read_number(number: int) -> bytes:
