@@ -1072,6 +1072,26 @@ def test_rows_read_by_index_of_every_size_and_dtype_match_numpy(tmp_path: Path, 
     assert array.backend.stats == {"fast": 6}  # every read on the fast path
 
 
+def test_rows_of_a_sparse_array_of_a_billion_rows_read_in_little_memory(tmp_path: Path) -> None:
+    # Three rows written of 10**9: the row reader keeps what it found, nothing per row.
+    def create(root: Any) -> None:
+        array = root.create_empty_array("x", shape=(10**9, 4), dtype=np.float32, chunks=(1, 4), fill_value=-1)
+        for index, row in ((5, [1, 2, 3, 4]), (10**9 - 1, [5, 6, 7, 8]), (123456789, [0, 0, 0, 9])):
+            array.write(index, np.array(row, np.float32))
+
+    write(tmp_path / "s.itar", create)
+    array = open_array(tmp_path / "s.itar", "x")
+    tracemalloc.start()
+    try:
+        rows = [array.read(index) for index in (5, -1, 123456789, 6, 10**9 - 2, 5)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    expected = [[1, 2, 3, 4], [5, 6, 7, 8], [0, 0, 0, 9], [-1] * 4, [-1] * 4, [1, 2, 3, 4]]
+    np.testing.assert_array_equal(np.stack(rows), np.array(expected, np.float32))
+    assert peak < 1 << 20, peak
+
+
 @pytest.mark.parametrize("name", ["1", "a12", "12/3", "x0"])
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_rows_of_arrays_named_with_digits_are_their_own(tmp_path: Path, name: str, zarr_format: int) -> None:

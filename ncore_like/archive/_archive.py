@@ -317,12 +317,11 @@ class IndexedTarArchive:
         the same reads and checks one call shorter (~0.1 us), for loops of many small reads."""
         return self._impl.read
 
-    def numbered_reader(self, key_of: Callable[[int], str], count: int) -> Callable[[int], bytes]:
+    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes]:
         """:meth:`read` of the record ``key_of(number)`` as a function of ``number``, for loops
-        reading records named by numbers ``0 <= number < count`` (the caller checks the
-        range), e.g. an array's rows: the same reads and checks, with each number's key
-        formatted and looked up once rather than at every read."""
-        return self._impl.numbered_reader(key_of, count)
+        reading records named by numbers, e.g. an array's rows: the same reads and checks,
+        with each number's key formatted and looked up once rather than at every read."""
+        return self._impl.numbered_reader(key_of)
 
     def read_into(self, key: str, buffer: memoryview) -> None:
         """Reads the payload of a record into ``buffer`` (writable bytes of the record's size),

@@ -608,18 +608,20 @@ class ReadingArchive(ArchiveBase):
                 return data
         return self._read_at(key, position, offset)
 
-    def numbered_reader(self, key_of: Callable[[int], str], count: int) -> Callable[[int], bytes]:
+    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes]:
         """:meth:`read` of record ``key_of(number)`` as a function of the number: each
         number's position in the table is looked up once (a reader's positions never
         change), so that later reads neither format nor hash its key (~0.3 us of a ~3 us read
         of a few KB). Then the direct read of :meth:`read`, written out as there (a call
         through a shared helper would cost both a noticeable share); keys not (yet) in the
         table are looked up again at every read."""
-        positions: list[int | None] = [None] * count
+        # A dict, not a list of ``count``: a sparse array may have 10**9 rows and a few records;
+        # only numbers found are kept, so it holds at most the table's records.
+        positions: dict[int, int] = {}
 
         def read_number(number: int) -> bytes:
             table = self.table
-            position = positions[number]
+            position = positions.get(number)
             if position is None:
                 key = key_of(number)
                 position = table.positions.get(key)

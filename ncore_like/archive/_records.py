@@ -265,10 +265,9 @@ class ArchiveBase:
     def check_payload(self, key: str, data: bytes | bytearray | memoryview) -> None:
         self.table.check(key, data, self.name)
 
-    def numbered_reader(self, key_of: Callable[[int], str], count: int) -> Callable[[int], bytes]:
-        """``read(key_of(number))`` as a function of ``number`` (``0 <= number < count``, which
-        the caller checks), for reads of records named by numbers (an array's rows); readers
-        make it cheaper (see :meth:`ReadingArchive.numbered_reader`)."""
+    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes]:
+        """``read(key_of(number))`` as a function of ``number``, for reads of records named
+        by numbers (an array's rows); readers make it cheaper (see :meth:`ReadingArchive.numbered_reader`)."""
         read = self.read  # type: ignore[attr-defined]
         return lambda number: read(key_of(number))
 

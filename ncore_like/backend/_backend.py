@@ -458,7 +458,7 @@ class Backend:
         copy_small = compressed and small and _bytes_view(np.empty(row_shape, dtype)) is not None
         # Each row's key is formatted and looked up once (numbered_reader); a row's key is
         # formatted again only for an error's message.
-        read, count = archive.numbered_reader(key_of, rows), self._row_reads.__next__
+        read, count = archive.numbered_reader(key_of), self._row_reads.__next__
         empty, frombuffer, ndarray, uint8 = np.empty, np.frombuffer, np.ndarray, np.uint8
 
         def decoded(index: int) -> bytes:
