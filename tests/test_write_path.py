@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -831,3 +834,38 @@ def test_a_refused_empty_array_writes_nothing_and_names_itself(
         store.consolidate()
     assert verify_archive(IndexedTarArchive(path)).ok
     assert list(zarr_api.open_group(IndexedTarZarrStore(path).zarr, "r").keys()) == []
+
+
+@pytest.mark.parametrize("variable", ["BLOSC_CLEVEL=1", "BLOSC_COMPRESSOR=zstd", "BLOSC_SHUFFLE=NOSHUFFLE"])
+def test_small_chunks_are_compressed_as_asked_whatever_blosc_variables_say(tmp_path: Path, variable: str) -> None:
+    # Blosc's global context (python-blosc's) takes its settings from BLOSC_* variables over
+    # the call's; the records must be what the array's metadata says, as zarr-python's are.
+    values = np.random.default_rng(5).standard_normal((6, 300)).astype(np.float32)
+    values[:, ::2] = 0
+    np.save(tmp_path / "values.npy", values)
+    code = (
+        "import sys\nimport numpy as np\nfrom ncore_like import BloscCompression, IndexedTarZarrStore\n"
+        "values = np.load(sys.argv[1])\n"
+        "with IndexedTarZarrStore(sys.argv[2], mode='w') as store:\n"
+        "    root = store.create_root_group({})\n"
+        "    root.create_array('x', values, chunks=(1, 300), compression=BloscCompression())\n"
+        "    rows = root.create_empty_array('y', shape=values.shape, dtype=values.dtype, chunks=(1, 300),\n"
+        "                                   compression=BloscCompression())\n"
+        "    for index, row in enumerate(values):\n"
+        "        rows.write(index, row)\n"
+    )
+    name, value = variable.split("=")
+    environment = {**os.environ, name: value}
+    path = tmp_path / "b.itar"
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "values.npy"), str(path)],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    codec = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.BITSHUFFLE)
+    archive = IndexedTarArchive(path)
+    for name in ("x", "y"):
+        for index, row in enumerate(values):
+            assert archive[f"{name}/{index}.0"] == codec.encode(row), (name, index)

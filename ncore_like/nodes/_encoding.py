@@ -228,8 +228,12 @@ def _row_records(
     step = raw.size // len(values) * rows if len(values) else 0  # bytes a chunk
     whole = len(values) // rows  # chunks without padding
     c = compression
+    # Chunks this small are encoded inline (see encode_chunk_batches): python-blosc's call.
+    small = step <= INLINE_ENCODE_CHUNK_BYTES
     compress = (
-        None if c is None else blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, values.dtype.itemsize)
+        None
+        if c is None
+        else blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, values.dtype.itemsize, small=small)
     )
 
     def records(batch: list[Coords]) -> list[Record]:

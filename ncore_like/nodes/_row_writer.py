@@ -10,12 +10,13 @@ record.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .._codecs import blosc_compressor
+from .._codecs import SMALL_CHUNK_BYTES, blosc_compressor
 from ..errors import RecordExistsError
 from ._compression import BloscCompression
 
@@ -50,7 +51,12 @@ def row_writer(
         return None
     rows, row_shape = shape[0], shape[1:]
     c = compression
-    compress = None if c is None else blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, dtype.itemsize)
+    small = math.prod(row_shape) * dtype.itemsize <= SMALL_CHUNK_BYTES  # rows are compressed on the writer's thread
+    compress = (
+        None
+        if c is None
+        else blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, dtype.itemsize, small=small)
+    )
     asarray, uint8 = np.asarray, np.uint8
 
     def write_rows(selection: int | slice, data: Any) -> bool:
