@@ -17,8 +17,9 @@ the current process and thread on every call), a fifth of a whole row read. It r
 Blosc's global context with the GIL held, which for one block never starts Blosc's threads;
 larger streams keep numcodecs' contexts, which release the GIL. Small chunks compressed on
 the calling thread go through python-blosc too (``blosc_compressor(..., small=True)``, ~1.3
-us less a chunk), unless a ``BLOSC_*`` variable is set: Blosc's global context takes its
-settings from them over the call's (numcodecs' contexts don't).
+us less a chunk), unless a ``BLOSC_*`` variable is set or python-blosc's block size was
+forced (``blosc.set_blocksize``): Blosc's global context takes its settings from those over
+the call's (numcodecs' contexts don't). Both are looked at whenever a compressor is made.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ if TYPE_CHECKING:
 __all__ = ["blosc", "blosc_compress", "blosc_compressor", "decompress_one_block"]
 
 _loading = threading.Lock()
+
+
+def _new_lock_after_fork() -> None:
+    # A thread of the parent may have held the lock while loading a codec: in the child,
+    # which has no such thread, it would stay held and the first Blosc call hang.
+    global _loading
+    _loading = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 _takes_typesize: bool | None = None
 
 
@@ -53,23 +64,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_blosc_environment: bool | None = None
-
-
-def _global_blosc_as_called() -> bool:
-    """Whether Blosc's global context compresses as it is called: no ``BLOSC_*`` variable
-    (compressor, level, shuffle, block size, threads) overrides the call's settings."""
-    global _blosc_environment
-    if _blosc_environment is None:
-        _blosc_environment = any(name.startswith("BLOSC_") for name in os.environ)
-    return not _blosc_environment
-
-
-def _load_one_block_compress() -> Callable[[Any, int, int, int, str], bytes]:
-    _load_one_block()  # imports python-blosc, set up
+def _python_blosc() -> Any:
+    """python-blosc's extension module, imported and set up (see :func:`_load_one_block`)."""
+    _load_one_block()
     import blosc.blosc_extension as extension
 
-    return extension.compress  # type: ignore[no-any-return]
+    return extension
 
 
 def _load_one_block() -> Callable[[bytes, bool], bytes]:
@@ -123,9 +123,11 @@ def blosc_compressor(
     ``small``: every buffer has at most :data:`SMALL_CHUNK_BYTES` and is compressed on the
     calling thread (python-blosc's call holds the GIL, which a few microseconds barely
     notice, but larger chunks compressed side by side on the worker pool would)."""
-    if small and blocksize == 0 and _global_blosc_as_called():
-        compress_one_block = _load_one_block_compress()
-        return lambda raw: compress_one_block(raw, typesize, clevel, shuffle, cname)
+    if small and blocksize == 0 and not any(name.startswith("BLOSC_") for name in os.environ):
+        extension = _python_blosc()
+        if extension.get_blocksize() == 0:  # not forced by the process's own use of python-blosc
+            compress_one_block = extension.compress
+            return lambda raw: compress_one_block(raw, typesize, clevel, shuffle, cname)
     module: ModuleType = globals().get("blosc") or _load()
     compress = module.compress
     name = cname.encode()

@@ -124,3 +124,38 @@ def test_arrays_are_created_from_inside_a_running_event_loop(tmp_path: Path) -> 
     asyncio.run(nested())
     root = IndexedTarZarrStore(tmp_path / "a.itar").open_root_group(consolidated=False)
     np.testing.assert_array_equal(root.array("x").read(), range(5))
+
+
+def test_a_child_forked_while_a_thread_loads_a_codec_can_load_it(tmp_path: Path) -> None:
+    # A DataLoader starting its workers while a prefetch thread makes the first Blosc call:
+    # the codec loader's lock, held by that thread at the fork, must not stay held in the child.
+    import os
+    import signal
+
+    from ncore_like import _codecs
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with _codecs._loading:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(10)
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child's status says how it went
+            signal.alarm(5)
+            try:
+                _codecs._load_one_block()
+                _codecs._load()
+            except BaseException:
+                os._exit(1)
+            os._exit(0)
+    finally:
+        release.set()
+        thread.join()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -864,8 +864,48 @@ def test_small_chunks_are_compressed_as_asked_whatever_blosc_variables_say(tmp_p
         text=True,
     )
     assert result.returncode == 0, result.stderr
+    for name in ("x", "y"):
+        _rows_as_numcodecs_encodes_them(path, name, values)
+
+
+def _rows_as_numcodecs_encodes_them(path: Path, name: str, values: np.ndarray[Any, Any]) -> None:
     codec = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.BITSHUFFLE)
     archive = IndexedTarArchive(path)
+    for index, row in enumerate(values):
+        assert archive[f"{name}/{index}.0"] == codec.encode(row), (name, index)
+
+
+def test_small_chunks_are_compressed_as_asked_after_the_process_forced_blosc_block_sizes(tmp_path: Path) -> None:
+    # python-blosc's block size forced by the application's own use of it applies to every
+    # compression on Blosc's global context: not to the library's records.
+    import blosc
+
+    values = np.random.default_rng(6).standard_normal((5, 1000)).astype(np.float32)
+    blosc.set_blocksize(256)
+    try:
+        with IndexedTarZarrStore(tmp_path / "f.itar", mode="w") as store:
+            root = store.create_root_group({})
+            root.create_array("x", values, chunks=(1, 1000), compression=BloscCompression())
+            rows = root.create_empty_array(
+                "y", shape=values.shape, dtype=values.dtype, chunks=(1, 1000), compression=BloscCompression()
+            )
+            for index, row in enumerate(values):
+                rows.write(index, row)
+    finally:
+        blosc.set_blocksize(0)
     for name in ("x", "y"):
-        for index, row in enumerate(values):
-            assert archive[f"{name}/{index}.0"] == codec.encode(row), (name, index)
+        _rows_as_numcodecs_encodes_them(tmp_path / "f.itar", name, values)
+
+
+def test_a_blosc_variable_set_after_arrays_were_written_is_noticed_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = np.random.default_rng(7).standard_normal((5, 1000)).astype(np.float32)
+    values[:, ::2] = 0
+    with IndexedTarZarrStore(tmp_path / "v.itar", mode="w") as store:
+        root = store.create_root_group({})
+        root.create_array("first", values, chunks=(1, 1000), compression=BloscCompression())
+        monkeypatch.setenv("BLOSC_CLEVEL", "9")
+        root.create_array("second", values, chunks=(1, 1000), compression=BloscCompression())
+    for name in ("first", "second"):
+        _rows_as_numcodecs_encodes_them(tmp_path / "v.itar", name, values)

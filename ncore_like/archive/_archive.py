@@ -317,10 +317,11 @@ class IndexedTarArchive:
         the same reads and checks one call shorter (~0.1 us), for loops of many small reads."""
         return self._impl.read
 
-    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes]:
-        """:meth:`read` of the record ``key_of(number)`` as a function of ``number``, for loops
-        reading records named by numbers, e.g. an array's rows: the same reads and checks,
-        with each number's key formatted and looked up once rather than at every read."""
+    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes | None]:
+        """:meth:`read` of the record ``key_of(number)`` as a function of ``number``, None
+        where there is no such record, for loops reading records named by numbers, e.g. an
+        array's rows: the same reads and checks, with each number's key formatted and looked
+        up once rather than at every read."""
         return self._impl.numbered_reader(key_of)
 
     def read_into(self, key: str, buffer: memoryview) -> None:

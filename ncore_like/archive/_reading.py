@@ -608,25 +608,25 @@ class ReadingArchive(ArchiveBase):
                 return data
         return self._read_at(key, position, offset)
 
-    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes]:
-        """:meth:`read` of record ``key_of(number)`` as a function of the number: each
-        number's position in the table is looked up once (a reader's positions never
-        change), so that later reads neither format nor hash its key (~0.3 us of a ~3 us read
-        of a few KB). Then the direct read of :meth:`read`, written out as there (a call
-        through a shared helper would cost both a noticeable share); keys not (yet) in the
-        table are looked up again at every read."""
-        # A dict, not a list of ``count``: a sparse array may have 10**9 rows and a few records;
-        # only numbers found are kept, so it holds at most the table's records.
+    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes | None]:
+        """:meth:`read` of record ``key_of(number)`` as a function of the number, None where
+        there is no such record: each number's position in the table is looked up once (a
+        reader's positions never change), so that later reads neither format nor hash its
+        key (~0.3 us of a ~3 us read of a few KB). Then the direct read of :meth:`read`,
+        written out as there (a call through a shared helper would cost both a noticeable
+        share). Numbers without a record are looked up at every read (kept, a sparse array's
+        reads would keep one entry per row read)."""
+        # A dict, not a list of every number: a sparse array may have 10**9 rows and a few
+        # records; only numbers found are kept, so it holds at most the table's records.
         positions: dict[int, int] = {}
 
-        def read_number(number: int) -> bytes:
+        def read_number(number: int) -> bytes | None:
             table = self.table
             position = positions.get(number)
             if position is None:
-                key = key_of(number)
-                position = table.positions.get(key)
+                position = table.positions.get(key_of(number))
                 if position is None:
-                    raise KeyError(f"no record {key!r} in {self.name}")
+                    return None
                 positions[number] = position
             offset = table.offsets[position]
             fd, below, verify = self._direct

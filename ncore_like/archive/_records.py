@@ -265,11 +265,17 @@ class ArchiveBase:
     def check_payload(self, key: str, data: bytes | bytearray | memoryview) -> None:
         self.table.check(key, data, self.name)
 
-    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes]:
-        """``read(key_of(number))`` as a function of ``number``, for reads of records named
-        by numbers (an array's rows); readers make it cheaper (see :meth:`ReadingArchive.numbered_reader`)."""
-        read = self.read  # type: ignore[attr-defined]
-        return lambda number: read(key_of(number))
+    def numbered_reader(self, key_of: Callable[[int], str]) -> Callable[[int], bytes | None]:
+        """``read(key_of(number))`` as a function of ``number``, None where there is no such
+        record, for reads of records named by numbers (an array's rows); readers make it
+        cheaper (see :meth:`ReadingArchive.numbered_reader`)."""
+        read, positions = self.read, self.table.positions  # type: ignore[attr-defined]
+
+        def read_number(number: int) -> bytes | None:
+            key = key_of(number)
+            return read(key) if key in positions else None
+
+        return read_number
 
     def locate(self, key: str) -> tuple[int, int]:
         """Offset and size of a record's payload (``KeyError`` naming the archive if none)."""

@@ -27,6 +27,7 @@ from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import DECODED_CHUNK_BYTES, INLINE_BYTES, INLINE_READ_BYTES, MAX_BYTES_IN_FLIGHT
 from .._log import DEBUG, library_logger
 from .._lru import LRUCache, process_cache
+from ..store._documents import ChunkKeys
 from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, one_block_decoded, raw_checked, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
@@ -446,8 +447,13 @@ class Backend:
         nbytes, where = layout.chunk_nbytes, archive.location.name
         state.row_shape = (rows, row_shape)
 
-        def key_of(index: int) -> str:
-            return chunk_key((index, *rest))
+        # Formatted inline for ChunkKeys (a call less: rows never written look theirs up at
+        # every read).
+        key_of = (
+            chunk_key.first_axis(len(shape))
+            if isinstance(chunk_key, ChunkKeys)
+            else lambda index: chunk_key((index, *rest))
+        )
 
         flat = len(row_shape) == 1  # a 1-d row views as bytes directly
         # Small rows are read as bytes (Blosc ones decompressed into new bytes) that a
@@ -461,8 +467,7 @@ class Backend:
         read, count = archive.numbered_reader(key_of), self._row_reads.__next__
         empty, frombuffer, ndarray, uint8 = np.empty, np.frombuffer, np.ndarray, np.uint8
 
-        def decoded(index: int) -> bytes:
-            record = read(index)
+        def decoded(record: bytes, index: int) -> bytes:
             if compressed:
                 return one_block_decoded(record, nbytes) or blosc_decoded(record, nbytes, key_of(index), where)
             return raw_checked(record, nbytes, key_of(index), where)
@@ -474,13 +479,10 @@ class Backend:
                 return None
             if out is None and small:  # read-only by construction: the values are the bytes read or decoded
                 count()
-                try:
-                    record = read(index)
-                except KeyError:
-                    if key_of(index) in archive:  # a KeyError of something else than the record's lookup
-                        raise
+                record = read(index)
+                if record is None:
                     return filled(None)
-                if compressed:
+                if compressed:  # decoded(), written out: the commonest read of all, a call less
                     data = one_block_decoded(record, nbytes) or blosc_decoded(record, nbytes, key_of(index), where)
                 else:
                     data = raw_checked(record, nbytes, key_of(index), where)
@@ -502,20 +504,24 @@ class Backend:
                     if not (flags.c_contiguous and flags.writeable):
                         return None
             count()
-            try:
-                if out is None:
-                    out = empty(row_shape, dtype)
+            if out is None:
+                out = empty(row_shape, dtype)
+            if compressed:
+                record = read(index)
+                if record is None:
+                    return filled(out if given else None)
                 if copy_small:
-                    target.cast("B")[:] = decoded(index)
-                elif compressed:
-                    blosc_into(read(index), out, nbytes, key_of(index), where)  # Blosc fills out's memory
+                    target.cast("B")[:] = decoded(record, index)
                 else:
+                    blosc_into(record, out, nbytes, key_of(index), where)  # Blosc fills out's memory
+            else:
+                try:
                     buffer = (out.view(uint8) if flat else out.reshape(-1).view(uint8)).data
                     archive.read_into(key_of(index), buffer)
-            except KeyError:
-                if key_of(index) in archive:  # a KeyError of something else than the record's lookup
-                    raise
-                return filled(out if given else None)
+                except KeyError:
+                    if key_of(index) in archive:  # a KeyError of something else than the record's lookup
+                        raise
+                    return filled(out if given else None)
             if not given:
                 out.setflags(write=False)
             return out
