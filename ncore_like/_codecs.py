@@ -41,17 +41,33 @@ if TYPE_CHECKING:
 
 __all__ = ["blosc", "blosc_compress", "blosc_compressor", "decompress_one_block"]
 
-_loading = threading.Lock()
+_loading = threading.RLock()
+#: Whether the fork in progress holds :data:`_loading` (see :func:`_before_fork`).
+_held_for_fork = False
 
 
-def _new_lock_after_fork() -> None:
-    # A thread of the parent may have held the lock while loading a codec: in the child,
-    # which has no such thread, it would stay held and the first Blosc call hang.
-    global _loading
-    _loading = threading.Lock()
+def _before_fork() -> None:
+    """A fork waits for a codec being loaded by another thread: a child forked in the
+    middle of that import would find the import's own lock held by a thread it doesn't
+    have, and hang at its first Blosc call. (Re-entrant: a load that forks, e.g. a
+    subprocess, takes it again. Bounded: a fork never waits forever.)"""
+    global _held_for_fork
+    _held_for_fork = _loading.acquire(timeout=30)
 
 
-os.register_at_fork(after_in_child=_new_lock_after_fork)
+def _after_fork_in_parent() -> None:
+    global _held_for_fork
+    if _held_for_fork:
+        _held_for_fork = False
+        _loading.release()
+
+
+def _after_fork_in_child() -> None:
+    global _loading, _held_for_fork
+    _loading, _held_for_fork = threading.RLock(), False
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 _takes_typesize: bool | None = None
 
 

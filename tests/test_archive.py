@@ -741,3 +741,20 @@ def test_reads_return_what_was_written_through_every_change_of_a_readers_state(t
         all_read(opened)
         assert opened._impl._prefetched == {}  # each prefetched record served once, from memory
         all_read(opened)
+
+
+def test_numbered_reads_are_what_reads_by_key_give(tmp_path: Path) -> None:
+    # A writer holds node metadata back until it flushes: numbered reads see it as read() does.
+    keys = ["g/.zattrs", "g/x/0.0", "g/x/1.0", "missing"]
+    path = tmp_path / "n.itar"
+    with IndexedTarArchive(path, "w") as archive:
+        archive["g/.zattrs"] = b'{"a": 1}'
+        archive["g/x/0.0"] = b"first"
+        read = archive.numbered_reader(keys.__getitem__)
+        assert [read(number) for number in range(4)] == [b'{"a": 1}', b"first", None, None]
+        archive["g/x/1.0"] = b"second"
+        assert read(2) == b"second" and read(2) == archive["g/x/1.0"]
+    with IndexedTarArchive(path) as archive:
+        read = archive.numbered_reader(keys.__getitem__)
+        for _ in range(2):  # positions looked up, then kept
+            assert [read(number) for number in range(4)] == [b'{"a": 1}', b"first", b"second", None]

@@ -126,36 +126,35 @@ def test_arrays_are_created_from_inside_a_running_event_loop(tmp_path: Path) -> 
     np.testing.assert_array_equal(root.array("x").read(), range(5))
 
 
-def test_a_child_forked_while_a_thread_loads_a_codec_can_load_it(tmp_path: Path) -> None:
-    # A DataLoader starting its workers while a prefetch thread makes the first Blosc call:
-    # the codec loader's lock, held by that thread at the fork, must not stay held in the child.
-    import os
-    import signal
+FIRST_ROW_READ_THEN_FORK = """
+import os, signal, sys, threading, time
+from ncore_like import IndexedTarZarrStore
+rows = IndexedTarZarrStore(sys.argv[1]).open_root_group().array("x")
+reader = threading.Thread(target=rows.read, args=(3,))
+reader.start()  # the process's first Blosc call: it imports the codec
+time.sleep(float(sys.argv[2]))
+child = os.fork()
+if child == 0:
+    signal.alarm(10)  # a hung child dies of SIGALRM
+    os._exit(0 if rows.read(4)[0] == 4 * 64 else 1)
+reader.join()
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+"""
 
-    from ncore_like import _codecs
 
-    held, release = threading.Event(), threading.Event()
+@pytest.mark.parametrize("delay", [0.0, 0.002, 0.005, 0.01])
+def test_a_child_forked_while_a_thread_makes_the_first_blosc_call_reads(tmp_path: Path, delay: float) -> None:
+    # A DataLoader starting its workers while a prefetch thread makes the first read: a child
+    # forked in the middle of the codec's import must not inherit that import half done.
+    import subprocess
+    import sys
 
-    def hold() -> None:
-        with _codecs._loading:
-            held.set()
-            release.wait(10)
+    from ncore_like import BloscCompression
 
-    thread = threading.Thread(target=hold)
-    thread.start()
-    held.wait(10)
-    try:
-        child = os.fork()
-        if child == 0:  # pragma: no cover - the child's status says how it went
-            signal.alarm(5)
-            try:
-                _codecs._load_one_block()
-                _codecs._load()
-            except BaseException:
-                os._exit(1)
-            os._exit(0)
-    finally:
-        release.set()
-        thread.join()
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    values = np.arange(8 * 64, dtype=np.float32).reshape(8, 64)
+    with IndexedTarZarrStore(tmp_path / "r.itar", mode="w") as store:
+        store.create_root_group({}).create_array("x", values, chunks=(1, 64), compression=BloscCompression())
+        store.consolidate()
+    script = [sys.executable, "-c", FIRST_ROW_READ_THEN_FORK, str(tmp_path / "r.itar"), str(delay)]
+    result = subprocess.run(script, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, (result.returncode, result.stderr)

@@ -131,6 +131,22 @@ def test_a_fresh_process_reading_blosc_rows_imports_no_numcodecs(archive: Path) 
     assert imported_beyond(read, "import numpy\n", ("numcodecs", "zarr")) == set()
 
 
+def test_a_missing_blosc_binding_is_named_not_blamed_on_the_archive(archive: Path) -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['blosc'] = None  # as if python-blosc were not installed\n"
+        "from ncore_like import IndexedTarZarrStore\n"
+        f"rows = IndexedTarZarrStore({str(archive)!r}).open_root_group().group('g').array('rows')\n"
+        "try:\n"
+        "    rows.read(3)\n"
+        "except ImportError as error:\n"
+        "    print(type(error).__name__, error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ModuleNotFoundError") and "blosc" in result.stdout
+
+
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_a_fresh_process_reading_a_raw_record_imports_only_what_reading_needs(tmp_path: Path, zarr_format: int) -> None:
     # A new DataLoader worker opens an archive and reads a frame: codecs, logging, the

@@ -269,11 +269,11 @@ class ArchiveBase:
         """``read(key_of(number))`` as a function of ``number``, None where there is no such
         record, for reads of records named by numbers (an array's rows); readers make it
         cheaper (see :meth:`ReadingArchive.numbered_reader`)."""
-        read, positions = self.read, self.table.positions  # type: ignore[attr-defined]
+        read = self.read  # type: ignore[attr-defined]
 
         def read_number(number: int) -> bytes | None:
             key = key_of(number)
-            return read(key) if key in positions else None
+            return read(key) if key in self else None  # a writer's too: node metadata held back
 
         return read_number
 

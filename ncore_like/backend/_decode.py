@@ -110,6 +110,8 @@ def blosc_decoded(record: bytes, nbytes: int, key: str, where: str) -> bytes:
         if size <= blocksize:  # one block: the cheaper call (see ncore_like._codecs)
             return _codecs.decompress_one_block(record, False)
         decoded: bytes = _codecs.blosc.decompress(record)
+    except ImportError:
+        raise  # a Blosc binding missing from the installation: not the archive's fault
     except Exception as error:
         raise _undecodable(key, where, error) from error
     return decoded
