@@ -81,24 +81,17 @@ def __getattr__(name: str) -> Any:
 
 
 def _python_blosc() -> Any:
-    """python-blosc's extension module, imported and set up (see :func:`_load_one_block`)."""
-    _load_one_block()
-    import blosc.blosc_extension as extension
-
+    """python-blosc's extension module: importing the package sets up Blosc's global context
+    (~15 ms once, where numcodecs takes 30-60 ms), under the loader's lock (see fork)."""
+    with _loading:
+        import blosc.blosc_extension as extension
     return extension
 
 
 def _load_one_block() -> Callable[[bytes, bool], bytes]:
-    with _loading:
-        loaded: Any = globals().get("decompress_one_block")
-        if loaded is None:
-            # Importing the package sets up Blosc's global context (~15 ms once, where
-            # numcodecs takes 30-60 ms).
-            import blosc.blosc_extension as extension
-
-            loaded = extension.decompress
-            globals()["decompress_one_block"] = loaded
-    return loaded  # type: ignore[no-any-return]
+    loaded: Callable[[bytes, bool], bytes] = _python_blosc().decompress
+    globals()["decompress_one_block"] = loaded
+    return loaded
 
 
 def _load() -> ModuleType:
