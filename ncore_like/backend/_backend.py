@@ -467,11 +467,6 @@ class Backend:
         read, count = archive.numbered_reader(key_of), self._row_reads.__next__
         empty, frombuffer, ndarray, uint8 = np.empty, np.frombuffer, np.ndarray, np.uint8
 
-        def decoded(record: bytes, index: int) -> bytes:
-            if compressed:
-                return one_block_decoded(record, nbytes) or blosc_decoded(record, nbytes, key_of(index), where)
-            return raw_checked(record, nbytes, key_of(index), where)
-
         def read_row(index: int, out: NDArray | None) -> NDArray | None:
             if index < 0:
                 index += rows
@@ -482,27 +477,32 @@ class Backend:
                 record = read(index)
                 if record is None:
                     return filled(None)
-                if compressed:  # decoded(), written out: the commonest read of all, a call less
+                if compressed:  # the commonest read of all: python-blosc's call for a row of one block
                     data = one_block_decoded(record, nbytes) or blosc_decoded(record, nbytes, key_of(index), where)
                 else:
                     data = raw_checked(record, nbytes, key_of(index), where)
                 row = frombuffer(data, dtype)
                 return row if flat else row.reshape(row_shape)
             given = out is not None
-            target = _NO_VIEW
             if given:
                 if not (isinstance(out, ndarray) and out.shape == row_shape):
                     return None
                 if out.dtype is not dtype and out.dtype != dtype:  # the same object, mostly: no comparison
                     return None
-                if copy_small:  # the memory the decoded bytes go to, checked on it (~0.3 us less)
+                if copy_small:  # decoded bytes copied into out's memory, checked on it (~0.3 us less)
                     target = out.data
                     if target.readonly or not target.c_contiguous:
                         return None
-                else:
-                    flags = out.flags
-                    if not (flags.c_contiguous and flags.writeable):
-                        return None
+                    count()
+                    record = read(index)
+                    if record is None:
+                        return filled(out)
+                    data = one_block_decoded(record, nbytes) or blosc_decoded(record, nbytes, key_of(index), where)
+                    target.cast("B")[:] = data
+                    return out
+                flags = out.flags
+                if not (flags.c_contiguous and flags.writeable):
+                    return None
             count()
             if out is None:
                 out = empty(row_shape, dtype)
@@ -510,10 +510,7 @@ class Backend:
                 record = read(index)
                 if record is None:
                     return filled(out if given else None)
-                if copy_small:
-                    target.cast("B")[:] = decoded(record, index)
-                else:
-                    blosc_into(record, out, nbytes, key_of(index), where)  # Blosc fills out's memory
+                blosc_into(record, out, nbytes, key_of(index), where)  # Blosc fills out's memory
             else:
                 try:
                     buffer = (out.view(uint8) if flat else out.reshape(-1).view(uint8)).data
@@ -798,10 +795,6 @@ def _within_row(selection: tuple[Any, ...]) -> tuple[Any, ...] | None:
         elif type(item) is not int:  # bools are masks to numpy
             return None
     return rest if ellipsis else (*rest, Ellipsis)
-
-
-#: The row reader's view of an ``out`` it was not given.
-_NO_VIEW = memoryview(b"")
 
 
 def _bytes_view(array: NDArray) -> memoryview | None:
