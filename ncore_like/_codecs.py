@@ -20,6 +20,13 @@ the calling thread go through python-blosc too (``blosc_compressor(..., small=Tr
 us less a chunk), unless a ``BLOSC_*`` variable is set or python-blosc's block size was
 forced (``blosc.set_blocksize``): Blosc's global context takes its settings from those over
 the call's (numcodecs' contexts don't). Both are looked at whenever a compressor is made.
+
+Large chunks written to a local archive are compressed into memory the writer uses again
+(:func:`blosc_compressor_into`): numcodecs' ``compress`` returns new bytes, whose pages the
+kernel faults in and zeroes one by one (a quarter of the CPU time of encoding a volume of
+4 MB chunks). The C function numcodecs calls for it, ``blosc_compress_ctx`` (exported by
+its extension), is called through ``ctypes``, which releases the GIL as numcodecs does: the
+same bytes. Without that symbol, numcodecs' ``compress`` is used.
 """
 
 from __future__ import annotations
@@ -39,7 +46,14 @@ if TYPE_CHECKING:
     #: the decompressed bytes of a Blosc stream of one block (see the module's docstring).
     decompress_one_block: Callable[[bytes, bool], bytes]
 
-__all__ = ["blosc", "blosc_compress", "blosc_compressor", "decompress_one_block"]
+__all__ = [
+    "BLOSC_MAX_OVERHEAD",
+    "blosc",
+    "blosc_compress",
+    "blosc_compressor",
+    "blosc_compressor_into",
+    "decompress_one_block",
+]
 
 _loading = threading.RLock()
 #: Whether the fork in progress holds :data:`_loading` (see :func:`_before_fork`).
@@ -154,3 +168,57 @@ def _check_typesize(module: ModuleType) -> bool:
     except TypeError:  # compress() takes at most 5 positional arguments
         return False
     return True
+
+
+#: Bytes a Blosc stream may have beyond its input's (a destination of the input's size plus
+#: this always holds the stream: numcodecs allocates as much).
+BLOSC_MAX_OVERHEAD = 16
+
+#: numcodecs' ``blosc_compress_ctx`` through ctypes, once looked up (False: not available).
+_compress_ctx: Any = None
+
+
+def blosc_compressor_into(
+    cname: str, clevel: int, shuffle: int, blocksize: int, typesize: int
+) -> Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], int] | None:
+    """:func:`blosc_compressor`'s compression into a given destination: a function of the
+    bytes ``raw`` (a contiguous ``uint8`` array) and ``dest`` (a contiguous ``uint8`` array of
+    at least ``raw.size + BLOSC_MAX_OVERHEAD`` bytes) that writes the stream numcodecs'
+    ``compress`` returns at the start of ``dest`` and returns its size. None where numcodecs'
+    C function can't be reached (see the module's docstring)."""
+    function = _compress_ctx if _compress_ctx is not None else _load_compress_ctx()
+    if function is False:
+        return None
+    name = cname.encode()
+
+    def compress_into(raw: np.ndarray[Any, Any], dest: np.ndarray[Any, Any]) -> int:
+        if dest.size < raw.size + BLOSC_MAX_OVERHEAD:  # Blosc would give up, not overflow: said early
+            raise ValueError(f"a destination of {dest.size} bytes can't hold {raw.size} compressed")
+        size: int = function(
+            clevel, shuffle, typesize, raw.size, raw.ctypes.data, dest.ctypes.data, dest.size, name, blocksize, 1
+        )
+        if size <= 0:  # numcodecs' error for it
+            raise RuntimeError(f"error during blosc compression: {size}")
+        return size
+
+    return compress_into
+
+
+def _load_compress_ctx() -> Any:
+    global _compress_ctx
+    module = globals().get("blosc") or _load()
+    with _loading:
+        if _compress_ctx is None:
+            import ctypes
+
+            try:
+                function = ctypes.CDLL(module.__file__).blosc_compress_ctx
+            except (OSError, AttributeError, TypeError):  # no such library or symbol
+                _compress_ctx = False
+            else:
+                size_t, pointer = ctypes.c_size_t, ctypes.c_void_p
+                function.argtypes = [ctypes.c_int, ctypes.c_int, size_t, size_t, pointer, pointer, size_t,
+                                     ctypes.c_char_p, size_t, ctypes.c_int]  # fmt: skip
+                function.restype = ctypes.c_int
+                _compress_ctx = function
+    return _compress_ctx
