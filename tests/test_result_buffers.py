@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ncore_like import BloscCompression, ChecksumError, IndexedTarArchive, IndexedTarZarrStore
-from ncore_like.backend._buffers import POOLED_BYTES
+from ncore_like._buffers import POOLED_BYTES
 
 NDArray = np.ndarray[Any, Any]
 

@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import _compat
+from .._buffers import POOLED_BYTES, new_result
 from .._concurrency import io_loop, run_in_worker, sync, worker_pool
 from .._defaults import DECODED_CHUNK_BYTES, INLINE_BYTES, INLINE_READ_BYTES, MAX_BYTES_IN_FLIGHT
 from .._log import DEBUG, library_logger
 from .._lru import LRUCache, process_cache
 from ..store._documents import ChunkKeys
-from ._buffers import POOLED_BYTES, new_result
 from ._decode import blosc_decoded, blosc_into, decode_into, one_block_decoded, raw_checked, scratch_buffer
 from ._plan import ArraySource, ChunkLayout, ChunkTask, ReadPlan, bytes_like, chunk_layout, plan_read
 from ._selection import NUMPY_INTEGERS, Dim, basic_dims, canonical, paired_arrays

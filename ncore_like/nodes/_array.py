@@ -21,7 +21,7 @@ from ..store import IndexedTarZarrStore, Store, is_itar_zarr_store
 from ..store._documents import ChunkKeys, blob_layout, codecs_of, describe_codecs, dimension_names_of
 from ..store._metadata import ArrayView
 from ._compression import BloscCompression
-from ._encoding import ChunkBuffers, Record, chunk_grid_shape, encode_chunk, encode_chunk_batches, encode_chunks
+from ._encoding import Record, chunk_grid_shape, encode_chunk, encode_chunk_batches, encode_chunks
 from ._node import Node
 from ._row_writer import RowWriter, row_writer
 
@@ -564,19 +564,17 @@ class Array(_ArrayNode):
         batch: list[tuple[str, Record]] = []
         size = 0
         key = self._batch_keys(values.shape, chunks, origin)
-        # Large compressed chunks are made in memory used again once written: this project's
-        # stores are done with a record's bytes when its write returns, and other stores get
-        # a copy (see _compat.write_record), as for the views of uncompressed values above.
-        buffers = ChunkBuffers() if compression is not None else None
-        records = encode_chunks(values, chunks, fill_value, compression, copy=False, buffers=buffers)
+        # Large compressed chunks are made in memory used again once a record is let go of
+        # (reused): this project's stores are done with a record's bytes when its write
+        # returns, and other stores get a copy (see _compat.write_record), as for the views
+        # of uncompressed values above.
+        records = encode_chunks(values, chunks, fill_value, compression, copy=False, reused=True)
         with closing(records):  # a failed write cancels the chunks not started
             for coords, record in records:
                 batch.append((key([coords])[0], record))
                 size += len(record)
                 if size >= _WRITE_BATCH_BYTES or len(batch) >= _WRITE_BATCH_RECORDS:
                     _compat.write_records(store, batch)
-                    if buffers is not None:
-                        buffers.release(written for _, written in batch)
                     batch, size = [], 0
         if batch:
             _compat.write_records(store, batch)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from types import EllipsisType
@@ -22,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _compat
+from .._buffers import new_result
 from .._codecs import BLOSC_MAX_OVERHEAD, blosc_compress, blosc_compressor, blosc_compressor_into
 from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES, INLINE_ENCODE_CHUNK_BYTES
@@ -29,7 +29,6 @@ from ._compression import BloscCompression
 
 __all__ = [
     "DEFAULT_COMPRESSION",
-    "ChunkBuffers",
     "ChunksLike",
     "EncodedArray",
     "chunk_grid_shape",
@@ -107,12 +106,13 @@ def encode_chunk(
     compression: BloscCompression | None,
     *,
     copy: bool = True,
-    buffers: ChunkBuffers | None = None,
+    reused: bool = False,
 ) -> Record:
     """The record of one chunk holding ``values`` (smaller than ``chunks`` at the edges).
     ``copy=False``: an uncompressed chunk that is a contiguous part of ``values`` is returned
-    as a view of it (for records written before the values can change). ``buffers``: a
-    compressed record is a view of one of them (see :class:`ChunkBuffers`)."""
+    as a view of it (for records written before the values can change). ``reused``: a
+    large compressed record is a view of memory used again once nothing refers to it (for
+    records let go of once written, see :func:`_compressor`)."""
     if values.shape != chunks:
         full = np.full(chunks, fill_value, dtype=values.dtype)
         full[tuple(slice(0, size) for size in values.shape)] = values
@@ -123,72 +123,33 @@ def encode_chunk(
     if compression is None:
         return raw.tobytes() if copy else memoryview(raw)  # type: ignore[arg-type]
     c, typesize = compression, values.dtype.itemsize
-    if buffers is not None:
-        return _compressor(c, typesize, small=False, buffers=buffers)(raw)
+    if reused:
+        return _compressor(c, typesize, small=False, reused=True)(raw)
     return blosc_compress(raw, c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize)
 
 
-class ChunkBuffers:
-    """Memory that the compressed records of one write are made in and that is used again
-    once they are written: a record is a view of a buffer, which :meth:`release` takes back
-    after the write. New bytes for every record (numcodecs' ``compress``) are faulted in by
-    the kernel page by page, a quarter of the CPU time of encoding a volume of 4 MB chunks
-    (see :func:`~ncore_like._codecs.blosc_compressor_into`). Only for writes that are done
-    with a record's bytes when they return (see ``_compat.write_record``); the buffers are as
-    many as records are in flight at once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._free: list[np.ndarray[Any, Any]] = []
-        #: Every buffer made, by id: only these are taken back.
-        self._made: dict[int, np.ndarray[Any, Any]] = {}
-
-    def compressor(
-        self, compress_into: Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], int]
-    ) -> Callable[[np.ndarray[Any, Any]], Record]:
-        """The compression of bytes into a free buffer by ``compress_into``, as a record."""
-
-        def compress(raw: np.ndarray[Any, Any]) -> Record:
-            dest = self._take(raw.size + BLOSC_MAX_OVERHEAD)
-            return memoryview(dest)[: compress_into(raw, dest)]  # type: ignore[arg-type]
-
-        return compress
-
-    def _take(self, nbytes: int) -> np.ndarray[Any, Any]:
-        with self._lock:
-            free = self._free
-            for index in range(len(free) - 1, -1, -1):  # the last released first: likeliest in the caches
-                if free[index].size >= nbytes:
-                    return free.pop(index)
-        buffer = np.empty(nbytes, np.uint8)
-        with self._lock:
-            self._made[id(buffer)] = buffer
-        return buffer
-
-    def release(self, records: Iterable[Record]) -> None:
-        """Takes back the buffers of ``records``, which are written: nothing reads their bytes
-        any more. Records not made here are left alone."""
-        with self._lock:
-            made = self._made
-            for record in records:
-                owner = getattr(record, "obj", None)
-                buffer = made.get(id(owner))
-                if buffer is owner and buffer is not None:
-                    self._free.append(buffer)
-
-
 def _compressor(
-    compression: BloscCompression, typesize: int, *, small: bool, buffers: ChunkBuffers | None
+    compression: BloscCompression, typesize: int, *, small: bool, reused: bool
 ) -> Callable[[np.ndarray[Any, Any]], Record]:
-    """The compression of a chunk's bytes into a record: into ``buffers`` where given (and
-    chunks aren't ``small``: see :func:`blosc_compressor`) and numcodecs' C function can be
-    reached, else into new bytes."""
+    """The compression of a chunk's bytes into a record: where ``reused`` (and chunks
+    aren't ``small``: see :func:`blosc_compressor`) and numcodecs' C function can be reached,
+    into memory used again once nothing refers to the record (:func:`new_result`: new bytes
+    for every record would be faulted in by the kernel page by page, a quarter of the CPU
+    time of encoding a volume of 4 MB chunks); else into new bytes."""
     c = compression
-    if buffers is not None and not small:
-        into = blosc_compressor_into(c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize)
-        if into is not None:
-            return buffers.compressor(into)
+    if reused and not small:
+        compress_into = blosc_compressor_into(c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize)
+        if compress_into is not None:
+
+            def compress(raw: np.ndarray[Any, Any]) -> Record:
+                dest = new_result((raw.size + BLOSC_MAX_OVERHEAD,), _BYTE)
+                return memoryview(dest)[: compress_into(raw, dest)]  # type: ignore[arg-type]
+
+            return compress
     return blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize, small=small)
+
+
+_BYTE = np.dtype(np.uint8)
 
 
 def encode_chunks(
@@ -199,12 +160,12 @@ def encode_chunks(
     *,
     copy: bool = True,
     batch_bytes: int = ENCODE_BATCH_BYTES,
-    buffers: ChunkBuffers | None = None,
+    reused: bool = False,
 ) -> Generator[tuple[tuple[int, ...], Record], None, None]:
     """Every chunk's coordinates and record (see :func:`encode_chunk`), in C order (from
     :func:`encode_chunk_batches`)."""
     batches = encode_chunk_batches(
-        values, chunks, fill_value, compression, _pairs, copy=copy, batch_bytes=batch_bytes, buffers=buffers
+        values, chunks, fill_value, compression, _pairs, copy=copy, batch_bytes=batch_bytes, reused=reused
     )
     with closing(batches):
         for pairs in batches:
@@ -228,7 +189,7 @@ def encode_chunk_batches(
     *,
     copy: bool = True,
     batch_bytes: int = ENCODE_BATCH_BYTES,
-    buffers: ChunkBuffers | None = None,
+    reused: bool = False,
 ) -> Generator[_R, None, None]:
     """The records of every chunk (see :func:`encode_chunk`) in C order, in batches of about
     ``batch_bytes`` raw bytes: ``finish(coordinates, records)`` of each batch, called on
@@ -239,9 +200,9 @@ def encode_chunk_batches(
     runs on every core. From a thread of that pool, uncompressed, and up to
     ``INLINE_ENCODE_CHUNK_BYTES`` each (small chunks are GIL-bound), they are encoded inline.
     Chunks that are runs of whole rows of C-ordered values (chunk shape ``(k, *shape[1:])``)
-    are byte ranges of the values: only the last one may need padding. ``buffers``: large
-    compressed records are views of them (see :class:`ChunkBuffers`), which the consumer
-    releases once it has written them.
+    are byte ranges of the values: only the last one may need padding. ``reused``: large
+    compressed records are views of memory used again once the consumer has let go of them
+    (see :func:`_compressor`).
     """
     shape = tuple(values.shape)
     grid = chunk_grid_shape(shape, chunks)
@@ -249,12 +210,12 @@ def encode_chunk_batches(
     per_task = max(1, batch_bytes // max(1, chunk_bytes))
     batches = _batches(itertools.product(*map(range, grid)), per_task)
     if values.ndim and values.dtype.itemsize and chunks[1:] == shape[1:] and values.flags.c_contiguous:
-        records_of = _row_records(values, chunks, fill_value, compression, copy, buffers)
+        records_of = _row_records(values, chunks, fill_value, compression, copy, reused)
     else:
 
         def records_of(batch: list[Coords]) -> list[Record]:
             return [
-                encode_chunk(values[region], chunks, fill_value, compression, copy=copy, buffers=buffers)
+                encode_chunk(values[region], chunks, fill_value, compression, copy=copy, reused=reused)
                 for region in map(_region_of, batch, itertools.repeat((chunks, shape)))
             ]
 
@@ -294,10 +255,10 @@ def _row_records(
     fill_value: Any,
     compression: BloscCompression | None,
     copy: bool,
-    buffers: ChunkBuffers | None,
+    reused: bool,
 ) -> Callable[[list[Coords]], list[Record]]:
     """The records of a batch of consecutive chunks of whole rows (C-contiguous values):
-    byte ranges of the values, compressed (into ``buffers`` if given) or as they are
+    byte ranges of the values, compressed (into reused memory if ``reused``) or as they are
     (copied unless not ``copy``)."""
     raw = values.reshape(-1).view(np.uint8)
     rows = chunks[0]
@@ -306,7 +267,7 @@ def _row_records(
     # Chunks this small are encoded inline (see encode_chunk_batches): python-blosc's call.
     small = step <= INLINE_ENCODE_CHUNK_BYTES
     compress = (
-        None if compression is None else _compressor(compression, values.dtype.itemsize, small=small, buffers=buffers)
+        None if compression is None else _compressor(compression, values.dtype.itemsize, small=small, reused=reused)
     )
 
     def records(batch: list[Coords]) -> list[Record]:
@@ -321,7 +282,7 @@ def _row_records(
             view = memoryview(raw)  # type: ignore[arg-type]
             out = [view[start : start + step] for start in starts]
         if stop > last:  # the edge chunk, padded
-            out.append(encode_chunk(values[last * rows :], chunks, fill_value, compression, copy=copy, buffers=buffers))
+            out.append(encode_chunk(values[last * rows :], chunks, fill_value, compression, copy=copy, reused=reused))
         return out
 
     return records

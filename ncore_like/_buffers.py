@@ -1,4 +1,5 @@
-"""Memory for the results of large reads, used again once the caller has let go of them.
+"""Memory for the results of large reads and the records of large compressed chunks being
+written, used again once nothing refers to it any more.
 
 glibc hands freed blocks of more than a few hundred KB back to the system (its trim and
 mmap thresholds follow the largest block freed), so a loop that keeps each frame in a
@@ -9,7 +10,8 @@ large results (at most 16 and 64 MB: what it keeps stays allocated while the thr
 and reads into one of them again once nothing but this pool refers to it (its reference
 count says so): a result the caller still holds, a view of it, an array made from its
 buffer, all keep theirs from being written. Results are numpy arrays viewing a buffer, as
-any numpy view of another array's memory.
+any numpy view of another array's memory. Writers compress large chunks into such memory
+too (``nodes._encoding``): a record is let go of once it is written.
 """
 
 from __future__ import annotations
