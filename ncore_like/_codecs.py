@@ -21,12 +21,12 @@ us less a chunk), unless a ``BLOSC_*`` variable is set or python-blosc's block s
 forced (``blosc.set_blocksize``): Blosc's global context takes its settings from those over
 the call's (numcodecs' contexts don't). Both are looked at whenever a compressor is made.
 
-Large chunks written to a local archive are compressed into memory the writer uses again
-(:func:`blosc_compressor_into`): numcodecs' ``compress`` returns new bytes, whose pages the
-kernel faults in and zeroes one by one (a quarter of the CPU time of encoding a volume of
-4 MB chunks). The C function numcodecs calls for it, ``blosc_compress_ctx`` (exported by
-its extension), is called through ``ctypes``, which releases the GIL as numcodecs does: the
-same bytes. Without that symbol, numcodecs' ``compress`` is used.
+Large chunks the typed API writes are compressed into memory used again once they are
+written (:func:`blosc_compressor_into`): numcodecs' ``compress`` returns new bytes, whose
+pages the kernel faults in and zeroes one by one (a quarter of the CPU time of encoding a
+volume of 4 MB chunks). The C function numcodecs calls for it, ``blosc_compress_ctx``
+(exported by its extension), is called through ``ctypes``, which releases the GIL as
+numcodecs does: the same bytes. Without that symbol, numcodecs' ``compress`` is used.
 """
 
 from __future__ import annotations

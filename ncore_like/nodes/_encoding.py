@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _compat
-from .._buffers import new_result
+from .._buffers import POOLED_BYTES, new_result
 from .._codecs import BLOSC_MAX_OVERHEAD, blosc_compress, blosc_compressor, blosc_compressor_into
 from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES, INLINE_ENCODE_CHUNK_BYTES
@@ -124,20 +124,21 @@ def encode_chunk(
         return raw.tobytes() if copy else memoryview(raw)  # type: ignore[arg-type]
     c, typesize = compression, values.dtype.itemsize
     if reused:
-        return _compressor(c, typesize, small=False, reused=True)(raw)
+        return _compressor(c, typesize, raw.size, reused=True)(raw)
     return blosc_compress(raw, c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize)
 
 
 def _compressor(
-    compression: BloscCompression, typesize: int, *, small: bool, reused: bool
+    compression: BloscCompression, typesize: int, nbytes: int, *, reused: bool
 ) -> Callable[[np.ndarray[Any, Any]], Record]:
-    """The compression of a chunk's bytes into a record: where ``reused`` (and chunks
-    aren't ``small``: see :func:`blosc_compressor`) and numcodecs' C function can be reached,
-    into memory used again once nothing refers to the record (:func:`new_result`: new bytes
-    for every record would be faulted in by the kernel page by page, a quarter of the CPU
-    time of encoding a volume of 4 MB chunks); else into new bytes."""
+    """The compression of the bytes of chunks of ``nbytes`` into records. Where ``reused``,
+    chunks as large as :data:`POOLED_BYTES` are compressed into memory used again once
+    nothing refers to the record (:func:`new_result`: new bytes for every record would be
+    faulted in by the kernel page by page, a quarter of the CPU time of encoding a volume of
+    4 MB chunks), if numcodecs' C function can be reached; else (and smaller chunks, for
+    which the call's ~3 us of ctypes would cost more than it saves) into new bytes."""
     c = compression
-    if reused and not small:
+    if reused and nbytes >= POOLED_BYTES:
         compress_into = blosc_compressor_into(c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize)
         if compress_into is not None:
 
@@ -146,6 +147,7 @@ def _compressor(
                 return memoryview(dest)[: compress_into(raw, dest)]  # type: ignore[arg-type]
 
             return compress
+    small = nbytes <= INLINE_ENCODE_CHUNK_BYTES  # encoded inline (see encode_chunk_batches)
     return blosc_compressor(c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize, small=small)
 
 
@@ -264,11 +266,7 @@ def _row_records(
     rows = chunks[0]
     step = raw.size // len(values) * rows if len(values) else 0  # bytes a chunk
     whole = len(values) // rows  # chunks without padding
-    # Chunks this small are encoded inline (see encode_chunk_batches): python-blosc's call.
-    small = step <= INLINE_ENCODE_CHUNK_BYTES
-    compress = (
-        None if compression is None else _compressor(compression, values.dtype.itemsize, small=small, reused=reused)
-    )
+    compress = None if compression is None else _compressor(compression, values.dtype.itemsize, step, reused=reused)
 
     def records(batch: list[Coords]) -> list[Record]:
         first, stop = batch[0][0], batch[-1][0] + 1
