@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
@@ -236,20 +235,15 @@ def ordered_map(
     max_items: int,
     max_bytes: int,
     size: Callable[[T], int],
-    max_running: int | None = None,
 ) -> Generator[tuple[T, R], None, None]:
     """Yields ``(item, function(item))`` in the order of ``items``, computed on ``pool``.
 
     At most ``max_items`` items, and items of at most ``max_bytes`` in total (by ``size``),
-    are submitted and not yet consumed; an item larger than ``max_bytes`` runs alone. With
-    ``max_running``, at most that many run at once, started in order as others finish (for
-    CPU-bound work on a pool with more threads than cores: results computed ahead wait to be
-    consumed without taking a core). An exception of ``function`` is raised when its item's
-    turn comes; work not started yet is cancelled when the generator is closed (use
-    ``contextlib.closing`` so that an error in the consumer doesn't leave the pool's shutdown
-    waiting for all submitted work).
+    are submitted and not yet consumed; an item larger than ``max_bytes`` runs alone. An
+    exception of ``function`` is raised when its item's turn comes; work not started yet is
+    cancelled when the generator is closed (use ``contextlib.closing`` so that an error in the
+    consumer doesn't leave the pool's shutdown waiting for all submitted work).
     """
-    submit = pool.submit if max_running is None else _InTurn(pool, max_running).submit
     pending: deque[tuple[T, int, Future[R]]] = deque()
     in_flight = 0
     try:
@@ -260,7 +254,7 @@ def ordered_map(
                 done, done_weight, future = pending.popleft()
                 in_flight -= done_weight
                 yield done, future.result()
-            pending.append((item, weight, submit(function, item)))
+            pending.append((item, weight, pool.submit(function, item)))
             in_flight += weight
         while pending:
             done, done_weight, future = pending.popleft()
@@ -269,69 +263,6 @@ def ordered_map(
     finally:
         for _, _, future in pending:
             future.cancel()
-
-
-class _InTurn:
-    """Submits calls to a pool so that at most ``limit`` of them run at once, each started
-    when an earlier one finishes, in the order they were submitted."""
-
-    def __init__(self, pool: Executor, limit: int) -> None:
-        self._pool, self._limit = pool, max(1, limit)
-        self._lock = threading.Lock()
-        self._running = 0
-        self._waiting: deque[tuple[Future[Any], Callable[[Any], Any], Any]] = deque()
-
-    def submit(self, function: Callable[[T], R], item: T) -> Future[R]:
-        from concurrent.futures import Future
-
-        outer: Future[R] = Future()
-        with self._lock:
-            start = self._running < self._limit
-            if start:
-                self._running += 1
-            else:
-                self._waiting.append((outer, function, item))
-        if start:
-            self._start(outer, function, item)
-        return outer
-
-    def _start(self, outer: Future[Any], function: Callable[[Any], Any], item: Any) -> None:
-        while True:
-            if outer.set_running_or_notify_cancel():
-                try:
-                    inner = self._pool.submit(function, item)
-                except BaseException as error:  # a pool shut down: the item's own error
-                    outer.set_exception(error)
-                else:
-                    inner.add_done_callback(functools.partial(self._finished, outer))
-                    return
-            # Cancelled while it waited, or never started: the next one takes the turn.
-            following = self._next()
-            if following is None:
-                return
-            outer, function, item = following
-
-    def _finished(self, outer: Future[Any], inner: Future[Any]) -> None:
-        if inner.cancelled():  # the pool's shutdown cancelled it
-            from concurrent.futures import CancelledError
-
-            outer.set_exception(CancelledError())
-        elif (error := inner.exception()) is not None:
-            outer.set_exception(error)
-        else:
-            outer.set_result(inner.result())
-        following = self._next()
-        if following is not None:
-            self._start(*following)
-
-    def _next(self) -> tuple[Future[Any], Callable[[Any], Any], Any] | None:
-        """The call waiting longest, which takes a finished call's turn; None (one running
-        call less) if none waits."""
-        with self._lock:
-            if self._waiting:
-                return self._waiting.popleft()
-            self._running -= 1
-            return None
 
 
 def _keep_inherited_sessions() -> None:

@@ -115,38 +115,6 @@ def test_ordered_map_keeps_order_and_bounds_work_in_flight(tmp_path: Path) -> No
     assert most <= 3
 
 
-def test_ordered_map_runs_at_most_max_running_at_once_started_in_order() -> None:
-    """CPU-bound work on a pool of more threads than cores: items computed ahead wait to be
-    consumed, at most ``max_running`` run at once, and they start in the order given."""
-    running = 0
-    most = 0
-    started: list[int] = []
-    lock = threading.Lock()
-
-    def work(item: int) -> int:
-        nonlocal running, most
-        with lock:
-            running += 1
-            most = max(most, running)
-            started.append(item)
-        time.sleep(0.001 * (item % 4))
-        with lock:
-            running -= 1
-        if item == 33:
-            raise ValueError("item 33")
-        return item * item
-
-    with ThreadPoolExecutor(8) as pool:
-        results = ordered_map(pool, work, range(100), max_items=8, max_bytes=1 << 30, size=lambda _: 1, max_running=2)
-        assert [next(results) for _ in range(33)] == [(item, item * item) for item in range(33)]
-        with pytest.raises(ValueError, match="item 33"):  # an item's error in its turn
-            next(results)
-        results.close()  # the rest not started is cancelled
-    assert most == 2
-    assert started == sorted(started)
-    assert len(started) <= 33 + 8  # never submitted beyond max_items ahead of the consumer
-
-
 def test_arrays_are_created_from_inside_a_running_event_loop(tmp_path: Path) -> None:
     async def nested() -> None:
         # Node metadata templates come from zarr-python on its own loop: no nesting.

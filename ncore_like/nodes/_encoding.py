@@ -23,7 +23,7 @@ import numpy.typing as npt
 from .. import _compat
 from .._buffers import POOLED_BYTES, new_result
 from .._codecs import BLOSC_MAX_OVERHEAD, blosc_compress, blosc_compressor, blosc_compressor_into
-from .._concurrency import default_workers, in_worker_thread, ordered_map, worker_pool, worker_threads
+from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES, INLINE_ENCODE_CHUNK_BYTES
 from ._compression import BloscCompression
 
@@ -236,10 +236,6 @@ def encode_chunk_batches(
         max_items=2 * worker_threads(),
         max_bytes=ENCODE_AHEAD_BYTES,
         size=lambda batch: chunk_bytes * len(batch),
-        # Encoding is CPU-bound: more encodes at once than cores only take turns and evict
-        # each other's data from the caches (a 268 MB volume with the pool's 4 threads on 2
-        # cores: ~20 ms more CPU); batches encoded ahead wait without taking a core.
-        max_running=default_workers(),
     )
     with closing(encoded):
         for _, result in encoded:
