@@ -1189,3 +1189,46 @@ def test_a_raw_row_of_the_wrong_size_raises_a_format_error(tmp_path: Path) -> No
     assert str(raised.value).startswith(str(raised.value.archive))
     with pytest.raises(ValueError, match="'x/1.0' has 12 bytes, buffer 16"):
         array.read(1, out=np.empty(4, np.float32))
+
+
+def test_a_timeout_raised_by_a_signal_handler_during_a_read_comes_through_as_it_is(tmp_path: Path) -> None:
+    """The classic timeout: a SIGALRM handler raising TimeoutError while a chunk is decoded.
+    It was caught with the codec's errors and reported as a record that "can't be
+    decompressed" (the archive blamed, the caller's TimeoutError lost)."""
+    import signal
+
+    from ncore_like import ArchiveFormatError
+
+    values = np.random.default_rng(0).random((4, 1024, 1024)).astype(np.float32)  # 4 MB chunks: ms to decode
+    path = tmp_path / "a.itar"
+    with IndexedTarZarrStore(path, mode="w", durable=False) as store:
+        store.create_root_group({}).create_array("v", values, chunks=(1, 1024, 1024), compression=BloscCompression())
+        store.consolidate()
+    array = IndexedTarZarrStore(path).open_root_group().array("v")
+
+    def alarm(signum: int, frame: object) -> None:
+        raise TimeoutError("read took too long")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    outcomes: dict[str, int] = {}
+    try:
+        for index in range(200):
+            result = None
+            try:  # the alarm may also go off just before or after the read: caught all the same
+                try:
+                    signal.setitimer(signal.ITIMER_REAL, 0.0002 + 0.00001 * index)
+                    result = array.read(index % 4)
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                outcome = "read"
+            except TimeoutError:
+                outcome = "timeout"
+            except ArchiveFormatError as error:  # the archive is sound: a wrong verdict
+                outcome = f"blamed the archive: {error}"
+            if result is not None:
+                np.testing.assert_array_equal(result, values[index % 4])
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert set(outcomes) <= {"read", "timeout"}, outcomes
+    assert outcomes.get("timeout", 0) > 0, outcomes  # the alarm did land during reads

@@ -268,3 +268,57 @@ def test_a_pack_that_fills_the_disk_says_its_partial_file_was_discarded(tmp_path
     )
     assert "File too large (writing the archive; its partial file was discarded)" in done.stdout, done
     assert "stays for recovery" not in done.stdout and not list(tmp_path.glob("out.itar*"))
+
+
+@pytest.mark.parametrize("where", ["before", "sink", "table"])
+def test_a_write_interrupted_between_its_steps_publishes_nothing_and_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """An exception of a signal handler (Ctrl-C's KeyboardInterrupt, an alarm's timeout)
+    between two steps of a write, which the application catches and writes on: had the
+    record reached the file but not the writer's count ("sink") or the table ("table"), every
+    later offset or checksum of the published index was wrong (an archive that didn't open).
+    The archive refuses further writes, its close publishes nothing, and recovery finds the
+    records written before. An interruption before anything changed ("before") costs
+    nothing: writing goes on and the archive is published."""
+    import ncore_like.archive._writer as writer_module
+    from ncore_like import ArchiveClosedError
+    from ncore_like.archive._records import RecordTable
+
+    path = tmp_path / "a.itar"
+    archive = IndexedTarArchive(path, mode="w")
+    archive["a"] = b"1" * 1000
+    archive["big"] = bytes(range(256)) * 4096  # 1 MB: written at once, not buffered
+    target, name = {
+        "before": (writer_module, "member_header"),
+        "sink": (writer_module._LocalSink, "_start_writeback"),
+        "table": (RecordTable, "append"),
+    }[where]
+    real = getattr(target, name)
+    armed = [True]
+
+    def interrupted(*args: object) -> object:
+        if armed.pop() if armed else False:
+            raise KeyboardInterrupt  # where a signal handler's exception can land
+        return real(*args)
+
+    monkeypatch.setattr(target, name, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        archive["late"] = b"3" * (1 << 20)
+    if where == "before":
+        archive["after"] = b"4"
+        archive.close()
+        reread = IndexedTarArchive(path)
+        assert {key: reread[key] for key in reread.keys()} == {
+            "a": b"1" * 1000, "big": bytes(range(256)) * 4096, "after": b"4"
+        }  # fmt: skip
+        return
+    with pytest.raises(ArchiveClosedError, match=r"interrupted \(KeyboardInterrupt.*ncore-like recover"):
+        archive["after"] = b"4"
+    with pytest.raises(ArchiveClosedError, match="nothing is published"):
+        archive.close()
+    assert not path.exists()
+    report = recover(path)
+    assert report.records >= 2 and not report.skipped, report
+    reread = IndexedTarArchive(path, verify_checksums=True)
+    assert reread["a"] == b"1" * 1000 and reread["big"] == bytes(range(256)) * 4096

@@ -227,6 +227,8 @@ def exists_error(name: str, *, late: bool = False, kept: str | None = None) -> A
 
 class _Sink(Protocol):
     def write(self, buffers: Sequence[_Buffer], total: int) -> None: ...
+    @property
+    def end(self) -> int | None: ...
     def read_back(self, offset: int, size: int) -> bytes: ...
     def flush(self) -> None: ...
     def publish(self) -> None: ...
@@ -407,6 +409,11 @@ class _LocalSink:
             if written:
                 parts[0] = parts[0][written:]
 
+    @property
+    def end(self) -> int:
+        """Where the next byte written goes: after the file's bytes and the buffer's."""
+        return self._end + len(self._buffer)
+
     def read_back(self, offset: int, size: int) -> bytes:
         if offset >= self._end:  # still in the buffer
             start = offset - self._end
@@ -554,6 +561,11 @@ class _FileSink:
             for buffer in buffers:
                 if len(buffer):
                     self._file.write(buffer)
+
+    @property
+    def end(self) -> None:
+        """Unknown: what a file object took of a write that failed can't be told."""
+        return None
 
     def read_back(self, offset: int, size: int) -> bytes:
         raise ValueError(f"{self._name}: records of a remote archive being written can't be read before it is closed")
@@ -791,6 +803,12 @@ class ArchiveWriter:
     def read_back(self, offset: int, size: int) -> bytes:
         """Reads a record written already (local files only)."""
         return self._sink.read_back(offset, size)
+
+    def in_step(self) -> bool:
+        """Whether :attr:`position` is where the sink's next byte goes (False where that
+        can't be told: a remote upload), as after every write that completed or cleaned up
+        after itself."""
+        return self._sink.end == self.position
 
     def flush(self) -> None:
         """Writes every record appended so far (local files: the write buffer) and makes it

@@ -40,6 +40,7 @@ class WritingArchive(ArchiveBase):
         self._pid = process_id()
         self._published = False
         self._close_failure: str | None = None  # why a close() failed, for the calls after it
+        self._interrupted: str | None = None  # why writing stopped (see _after_failed_write)
         # Node metadata records, held until close (or flush); what flush wrote of them.
         self._metadata: dict[str, bytes] = {}
         self._metadata_written: dict[str, bytes] = {}
@@ -172,11 +173,15 @@ class WritingArchive(ArchiveBase):
             self._metadata.update(metadata)
             offsets: list[int] = []
             try:
-                self._writer.append_many(keys, payloads, offsets)
-            finally:  # the records written before a failure are counted, as one by one
-                append = self.table.append
-                for key, offset, payload in zip(keys, offsets, payloads, strict=False):
-                    append(key, offset, len(payload))
+                try:
+                    self._writer.append_many(keys, payloads, offsets)
+                finally:  # the records written before a failure are counted, as one by one
+                    append = self.table.append
+                    for key, offset, payload in zip(keys, offsets, payloads, strict=False):
+                        append(key, offset, len(payload))
+            except BaseException as error:
+                self._after_failed_write(error)
+                raise
 
     def _refuse_repeated(self, keys: Sequence[str]) -> None:
         """Raises the error of the first key given twice in ``keys`` (write-once)."""
@@ -199,8 +204,12 @@ class WritingArchive(ArchiveBase):
             if not positions.keys().isdisjoint(keys):
                 raise self._exists_error(next(key for key in keys if key in positions))
             self._refuse_repeated(keys)
-            start = self._writer.append_packed(packed)
-            self.table.extend(keys, [start + offset for offset in packed.offsets], packed.sizes)
+            try:
+                start = self._writer.append_packed(packed)
+                self.table.extend(keys, [start + offset for offset in packed.offsets], packed.sizes)
+            except BaseException as error:
+                self._after_failed_write(error)
+                raise
 
     def write(self, key: str, value: bytes | bytearray | memoryview) -> None:
         payload = self._payload(key, value)
@@ -214,11 +223,17 @@ class WritingArchive(ArchiveBase):
             if key in table.positions:
                 raise self._exists_error(key)
             # self._append, inline: this runs once per record
-            table.append(key, self._writer.append(key, payload), len(payload))
+            try:
+                table.append(key, self._writer.append(key, payload), len(payload))
+            except BaseException as error:
+                self._after_failed_write(error)
+                raise
 
     def _check_writable(self) -> None:
         if self.closed:
             raise ArchiveClosedError("archive is closed, can't write", archive=self.name)
+        if self._interrupted is not None:
+            raise ArchiveClosedError(self._interrupted, archive=self.name)
         if self._pid != process_id():
             raise ValueError(
                 f"{self.name}: archive opened for writing in process {self._pid} is used in process "
@@ -241,8 +256,47 @@ class WritingArchive(ArchiveBase):
     def flush(self) -> None:
         with self.lock:
             self._check_writable()
-            self._write_metadata()
-            self._writer.flush()
+            try:
+                self._write_metadata()
+                self._writer.flush()
+            except BaseException as error:
+                self._after_failed_write(error)
+                raise
+
+    def _after_failed_write(self, error: BaseException) -> None:
+        """Called with the exception that stopped a write after it began changing the file
+        or the table. A failure that cleaned up after itself (a full disk: the sink cuts the
+        file back to its last record) leaves writer, file and table agreeing, and writing
+        goes on. Anything else, such as an exception raised by a signal handler between two
+        steps (Ctrl-C's KeyboardInterrupt, an alarm's timeout), may leave a record in the
+        file but not in the table or the other way round: the index published at close would
+        then give later records wrong offsets or checksums. Such an archive takes no more
+        writes and publishes nothing; its records stay in the partial file for recovery."""
+        if self._interrupted is None and not self._consistent():
+            local = self.location.local
+            self._interrupted = (
+                f"a write was interrupted ({type(error).__name__}: {error}) where the archive's index "
+                "can't follow it; nothing more is written and nothing is published"
+                + (
+                    f"; the records written stay in the partial file: `ncore-like recover {local}`"
+                    if local
+                    else "; the upload is abandoned at close"
+                )
+            )
+
+    def _consistent(self) -> bool:
+        """Whether the table's lists agree with each other and end where the writer does."""
+        table, writer = self.table, self._writer
+        count = len(table.keys)
+        if len(table.offsets) != count or len(table.sizes) != count:
+            return False
+        if table.crcs is not None and len(table.crcs) != count:
+            return False
+        if not all(position < count for position in table.positions.values()):
+            return False
+        if count and table.offsets[-1] + table.sizes[-1] > writer.position:
+            return False
+        return writer.in_step()
 
     def abort(self) -> None:
         # Also after a failed close (what it kept for recovery goes), never after a publish.
@@ -260,6 +314,11 @@ class WritingArchive(ArchiveBase):
                 if self._close_failure is not None:  # not published: said again, not taken for done
                     raise ArchiveClosedError(self._close_failure, archive=self.name)
                 return
+            if self._interrupted is not None:  # its index can't be trusted: published never
+                self.closed = True
+                self._writer.release()
+                self._close_failure = self._interrupted
+                raise ArchiveClosedError(self._interrupted, archive=self.name)
             self._check_writable()
             self.closed = True
             writer = self._writer
@@ -290,9 +349,10 @@ class WritingArchive(ArchiveBase):
                 return
             self.closed = True
             writer = self._writer
-            with contextlib.suppress(Exception):  # the block's error matters more
-                self._write_metadata()
-                writer.flush()
+            if self._interrupted is None:  # else the file's end is unsure: recovery finds its records
+                with contextlib.suppress(Exception):  # the block's error matters more
+                    self._write_metadata()
+                    writer.flush()
             writer.release()
 
     def reload_resources(self) -> None:

@@ -72,6 +72,8 @@ def blosc_into(record: bytes, dest: np.ndarray[Any, Any], nbytes: int, key: str,
     try:
         _codecs.blosc.decompress(record, dest)
     except Exception as error:
+        if not _codec_failure(error):
+            raise
         raise _undecodable(key, where, error) from error
 
 
@@ -83,8 +85,9 @@ def one_block_decoded(record: bytes, nbytes: int) -> bytes | None:
         version, size, blocksize, cbytes = _BLOSC_HEADER_BLOCKS.unpack_from(record)
         if size == nbytes and cbytes == len(record) and size <= blocksize and version <= _BLOSC_MAX_FORMAT:
             return _codecs.decompress_one_block(record, False)
-    except Exception:  # blosc_decoded names the error
-        pass
+    except Exception as error:  # blosc_decoded names the codec's error
+        if not _codec_failure(error):
+            raise
     return None
 
 
@@ -110,11 +113,22 @@ def blosc_decoded(record: bytes, nbytes: int, key: str, where: str) -> bytes:
         if size <= blocksize:  # one block: the cheaper call (see ncore_like._codecs)
             return _codecs.decompress_one_block(record, False)
         decoded: bytes = _codecs.blosc.decompress(record)
-    except ImportError:
-        raise  # a Blosc binding missing from the installation: not the archive's fault
     except Exception as error:
+        if not _codec_failure(error):
+            raise
         raise _undecodable(key, where, error) from error
     return decoded
+
+
+def _codec_failure(error: Exception) -> bool:
+    """Whether ``error`` is the answer to a record that can't be decoded (numcodecs'
+    RuntimeError, ValueError or SystemError, python-blosc's own error, a header too short for
+    ``struct``), rather than something that happened meanwhile and is not the archive's
+    fault: a signal handler's exception (an alarm's TimeoutError), a MemoryError, a Blosc
+    binding missing from the installation."""
+    if isinstance(error, (OSError, MemoryError, ImportError)):
+        return False
+    return isinstance(error, struct.error) or type(error).__module__ in ("builtins", "blosc_extension")
 
 
 def _check_blosc(record: bytes, nbytes: int, key: str, where: str) -> None:
@@ -144,6 +158,8 @@ def _check_blosc(record: bytes, nbytes: int, key: str, where: str) -> None:
     try:
         size = _codecs.blosc._cbuffer_sizes(record)[0]
     except Exception as error:
+        if not _codec_failure(error):
+            raise
         raise ArchiveFormatError(
             f"chunk record {key!r} is no Blosc stream ({error})", archive=where, key=key
         ) from error

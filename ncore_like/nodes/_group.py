@@ -274,6 +274,12 @@ class Group(_GroupNode):
             dimension_names: A name per dimension (see :attr:`Array.dimension_names`): zarr
                 format 3's ``dimension_names`` (None for an unnamed one); in format 2, xarray's
                 ``_ARRAY_DIMENSIONS`` attribute (strings only), as xarray writes them.
+
+        The array's node metadata is stored first, then its chunks as they are encoded. A
+        call that fails while writing them (a full disk, an error of an encoding thread,
+        Ctrl-C) leaves the array in the store with the chunks written so far: the others
+        read as the fill value, and the name is taken. A store is write-once: write the
+        hierarchy again (or into a new archive) rather than carry on after such an error.
         """
         self._check_writable()
         self._check_new_name("array", name)
