@@ -123,7 +123,7 @@ def encode_chunk(
     if compression is None:
         return raw.tobytes() if copy else memoryview(raw)  # type: ignore[arg-type]
     c, typesize = compression, values.dtype.itemsize
-    if reused:
+    if reused and raw.size >= POOLED_BYTES:  # smaller ones as ever: no compressor made per chunk
         return _compressor(c, typesize, raw.size, reused=True)(raw)
     return blosc_compress(raw, c.cname, c.clevel, c.shuffle_id, c.blocksize, typesize)
 
