@@ -36,6 +36,7 @@ _MAX_BUFFERS = 16
 _MAX_KEPT_BYTES = 64 << 20
 #: Buffer sizes are multiples of this: results of similar sizes share buffers.
 _GRANULE = 64 << 10
+_PAGE = 4096
 
 _local = threading.local()
 
@@ -72,9 +73,19 @@ def new_result(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, 
             buffers.append(buffer)
             break
     else:
-        buffer = np.empty(-(-nbytes // _GRANULE) * _GRANULE, np.uint8)
+        buffer = _page_aligned(-(-nbytes // _GRANULE) * _GRANULE)
         _keep(buffers, buffer)
     return buffer[:nbytes].view(dtype).reshape(shape)
+
+
+def _page_aligned(nbytes: int) -> np.ndarray[Any, Any]:
+    """``nbytes`` of new memory starting at a page boundary: a durable archive writes records
+    made there straight to the disk (``archive._direct``), which needs aligned memory."""
+    owner = np.empty(nbytes + _PAGE, np.uint8)
+    start = -owner.ctypes.data % _PAGE
+    # An array over a memoryview of ``owner``: numpy's views of it then refer to it, not to
+    # ``owner`` (whose reference count would not tell the pool whether they are held).
+    return np.frombuffer(owner.data[start : start + nbytes], np.uint8)
 
 
 def _keep(buffers: list[np.ndarray[Any, Any]], buffer: np.ndarray[Any, Any]) -> None:

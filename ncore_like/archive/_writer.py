@@ -49,12 +49,13 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, overload
+from typing import Any, NoReturn, Protocol, overload
 
 from .._concurrency import process_id
 from .._signals import deferred_signals
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
+from ._direct import DirectWrites
 from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
 from ._location import PARTIAL_SUFFIX, Location, partial_path
 from ._sources import remote_errors, remote_failure
@@ -328,6 +329,8 @@ class _LocalSink:
         self._buffer = bytearray()
         self._end = 0  # the file offset of the buffer's first byte
         self._written_back = 0  # where the write-back started so far ends (durable only)
+        # Durable writers put large records on the disk directly (see _direct).
+        self._direct_writes = DirectWrites(self._partial) if durable else None
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not an archive", path)
         if exclusive and os.path.lexists(path):  # refused before anything is written
@@ -363,7 +366,14 @@ class _LocalSink:
             for part in buffers:
                 buffer += part
             return
-        if self._buffer:
+        segments = None
+        if self._direct_writes is not None and len(buffers) == 3:  # one record: header, payload, padding
+            segments = self._direct_writes.segments(buffers[0], buffers[1], len(buffers[2]))
+        if segments is not None:
+            self._drain()
+            self._write_direct(segments, buffers, total)
+            self._end += total
+        elif self._buffer:
             self._write_at(self._end, [self._buffer, *buffers])
             self._end += len(self._buffer) + total
             self._buffer = bytearray()
@@ -371,6 +381,22 @@ class _LocalSink:
             self._write_at(self._end, buffers)
             self._end += total
         self._start_writeback()
+
+    def _write_direct(self, segments: list[memoryview], buffers: Sequence[_Buffer], total: int) -> None:
+        """Writes one record from its aligned ``segments`` with ``O_DIRECT``; what that
+        doesn't write (all of it, where the device refuses the alignment) goes through the
+        page cache."""
+        assert self._direct_writes is not None
+        start = self._end
+        try:
+            written = os.pwritev(self._direct_writes.fd, segments, start)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                self._failed(error, start)
+            self._direct_writes.close()  # a device with larger blocks: not again
+            self._direct_writes, written = None, 0
+        if written < total:  # a short write (a full disk): the rest shows what failed
+            self._write_at(start + written, buffers, skip=written, cut_at=start)
 
     def _drain(self) -> None:
         """Writes the buffer to the file. On a failure (a full disk) the buffer is kept and
@@ -386,28 +412,39 @@ class _LocalSink:
             _writeback(self._fd, self._written_back, self._end - self._written_back)
             self._written_back = self._end
 
-    def _write_at(self, offset: int, buffers: Sequence[_Buffer]) -> None:
+    def _write_at(self, offset: int, buffers: Sequence[_Buffer], *, skip: int = 0, cut_at: int | None = None) -> None:
+        """Writes the bytes of ``buffers`` after their first ``skip`` at ``offset``; on a
+        failure the file is cut at ``cut_at`` (default: ``offset``), where what failed
+        started."""
         # pwritev: the offset is explicit, so a forked child that re-opens the file writes
         # where this writer's next byte belongs, whatever a shared file position says.
         parts = [memoryview(buffer).cast("B") for buffer in buffers if len(buffer)]
-        start = offset
+        written = skip
+        start = offset if cut_at is None else cut_at
         while parts:
-            try:
-                written = os.pwritev(self._fd, parts[:_IOV_MAX], offset)
-            except OSError as error:  # a full disk, an I/O error: say which file, and what is kept
-                # What this call wrote is no record: cut off, or later records (and the
-                # index) written at ``start`` could leave it behind them (see flush()).
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, start)
-                detail = f"{error.strerror} ({KEPT_FOR_RECOVERY})"
-                raise OSError(error.errno, detail, self._partial) from error
-            offset += written
             # Partial writes are rare (signals, full disks): continue after what was written.
             while parts and written >= len(parts[0]):
                 written -= len(parts[0])
                 parts.pop(0)
             if written:
                 parts[0] = parts[0][written:]
+            if not parts:
+                break
+            try:
+                written = os.pwritev(self._fd, parts[:_IOV_MAX], offset)
+            except OSError as error:
+                self._failed(error, start)
+            offset += written
+
+    def _failed(self, error: OSError, start: int) -> NoReturn:
+        """Cuts the file at ``start`` and raises ``error`` as a write of this file that
+        failed (a full disk, an I/O error): what this call wrote is no record, and later
+        records (and the index) written at ``start`` could leave it behind them (see
+        flush())."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, start)
+        detail = f"{error.strerror} ({KEPT_FOR_RECOVERY})"
+        raise OSError(error.errno, detail, self._partial) from error
 
     @property
     def end(self) -> int:
@@ -457,6 +494,8 @@ class _LocalSink:
             with contextlib.suppress(OSError):
                 self._drain()
         self._buffer = bytearray()
+        if self._direct_writes is not None:
+            self._direct_writes.close()
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)  # also releases the lock
@@ -485,6 +524,9 @@ class _LocalSink:
         _lock(fd, fcntl.LOCK_EX)
         old, self._fd = self._fd, fd
         os.close(old)
+        if self._direct_writes is not None:  # the inherited descriptor goes too
+            self._direct_writes.close()
+            self._direct_writes = DirectWrites(self._partial)
 
 
 #: fsspec protocols of object stores, whose uploads become objects only when they complete.
