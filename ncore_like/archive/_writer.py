@@ -55,7 +55,7 @@ from .._concurrency import process_id
 from .._signals import deferred_signals
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
-from ._direct import DirectWrites
+from ._direct import DirectWriteError, DirectWrites
 from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
 from ._location import PARTIAL_SUFFIX, Location, partial_path
 from ._sources import remote_errors, remote_failure
@@ -366,14 +366,21 @@ class _LocalSink:
             for part in buffers:
                 buffer += part
             return
-        segments = None
-        if self._direct_writes is not None and len(buffers) == 3:  # one record: header, payload, padding
-            segments = self._direct_writes.segments(buffers[0], buffers[1], len(buffers[2]))
-        if segments is not None:
+        direct = self._direct_writes
+        parts = None
+        if direct is not None and len(buffers) == 3:  # one record: header, payload, padding
+            parts = direct.prepare(buffers[0], buffers[1], len(buffers[2]))
+        if parts is not None:
+            assert direct is not None
             self._drain()
-            self._write_direct(segments, buffers, total)
+            try:
+                direct.submit(parts, self._end, buffers[1])
+            except DirectWriteError as failure:
+                self._direct_failed(failure)
             self._end += total
-        elif self._buffer:
+            self._written_back = self._end  # nothing of it waits in the page cache
+            return
+        if self._buffer:
             self._write_at(self._end, [self._buffer, *buffers])
             self._end += len(self._buffer) + total
             self._buffer = bytearray()
@@ -381,22 +388,6 @@ class _LocalSink:
             self._write_at(self._end, buffers)
             self._end += total
         self._start_writeback()
-
-    def _write_direct(self, segments: list[memoryview], buffers: Sequence[_Buffer], total: int) -> None:
-        """Writes one record from its aligned ``segments`` with ``O_DIRECT``; what that
-        doesn't write (all of it, where the device refuses the alignment) goes through the
-        page cache."""
-        assert self._direct_writes is not None
-        start = self._end
-        try:
-            written = os.pwritev(self._direct_writes.fd, segments, start)
-        except OSError as error:
-            if error.errno != errno.EINVAL:
-                self._failed(error, start)
-            self._direct_writes.close()  # a device with larger blocks: not again
-            self._direct_writes, written = None, 0
-        if written < total:  # a short write (a full disk): the rest shows what failed
-            self._write_at(start + written, buffers, skip=written, cut_at=start)
 
     def _drain(self) -> None:
         """Writes the buffer to the file. On a failure (a full disk) the buffer is kept and
@@ -412,29 +403,43 @@ class _LocalSink:
             _writeback(self._fd, self._written_back, self._end - self._written_back)
             self._written_back = self._end
 
-    def _write_at(self, offset: int, buffers: Sequence[_Buffer], *, skip: int = 0, cut_at: int | None = None) -> None:
-        """Writes the bytes of ``buffers`` after their first ``skip`` at ``offset``; on a
-        failure the file is cut at ``cut_at`` (default: ``offset``), where what failed
-        started."""
+    def _settle(self) -> None:
+        """Waits for the direct writes in flight (see :mod:`._direct`): before any other
+        access to the bytes of the file."""
+        if self._direct_writes is not None:
+            try:
+                self._direct_writes.settle()
+            except DirectWriteError as failure:
+                self._direct_failed(failure)
+
+    def _direct_failed(self, failure: DirectWriteError) -> NoReturn:
+        """A direct write failed: the file ends before its record (records buffered since
+        come after it and go too), and its error is raised as the writer's."""
+        self._buffer = bytearray()
+        self._end = min(self._end, failure.start)
+        error = failure.error
+        if not isinstance(error, OSError):
+            raise error
+        self._failed(error, failure.start)
+
+    def _write_at(self, offset: int, buffers: Sequence[_Buffer]) -> None:
+        self._settle()
         # pwritev: the offset is explicit, so a forked child that re-opens the file writes
         # where this writer's next byte belongs, whatever a shared file position says.
         parts = [memoryview(buffer).cast("B") for buffer in buffers if len(buffer)]
-        written = skip
-        start = offset if cut_at is None else cut_at
+        start = offset
         while parts:
+            try:
+                written = os.pwritev(self._fd, parts[:_IOV_MAX], offset)
+            except OSError as error:
+                self._failed(error, start)
+            offset += written
             # Partial writes are rare (signals, full disks): continue after what was written.
             while parts and written >= len(parts[0]):
                 written -= len(parts[0])
                 parts.pop(0)
             if written:
                 parts[0] = parts[0][written:]
-            if not parts:
-                break
-            try:
-                written = os.pwritev(self._fd, parts[:_IOV_MAX], offset)
-            except OSError as error:
-                self._failed(error, start)
-            offset += written
 
     def _failed(self, error: OSError, start: int) -> NoReturn:
         """Cuts the file at ``start`` and raises ``error`` as a write of this file that
@@ -455,10 +460,12 @@ class _LocalSink:
         if offset >= self._end:  # still in the buffer
             start = offset - self._end
             return bytes(self._buffer[start : start + size])
+        self._settle()
         return os.pread(self._fd, size, offset)
 
     def flush(self) -> None:
         self._drain()
+        self._settle()
         # Nothing may follow the last byte written: a failed write's bytes past it would end
         # the published file instead of the index header block (if cutting them off failed).
         if os.fstat(self._fd).st_size > self._end:
@@ -493,6 +500,8 @@ class _LocalSink:
             # What is buffered goes to the partial file for recovery, if the disk takes it.
             with contextlib.suppress(OSError):
                 self._drain()
+            with contextlib.suppress(OSError):
+                self._settle()  # nothing buffered was written after a failed direct write
         self._buffer = bytearray()
         if self._direct_writes is not None:
             self._direct_writes.close()
