@@ -27,8 +27,9 @@ The file is opened a second time for this: reads of the writing archive's record
 small buffered writes go through the writer's own descriptor, after :meth:`settle` (the
 kernel keeps the page cache coherent with direct writes that have completed, not with ones
 in flight). A write that fails (a full disk) stops the writes queued after it; the failure
-is raised by the next :meth:`submit` or :meth:`settle`, with the offset of the record that
-failed.
+is raised by the next :meth:`submit` or :meth:`settle` and every one after, with the offset
+of the record that failed: the archive then takes no more writes and publishes nothing,
+and its records before that one stay in the partial file for recovery.
 """
 
 from __future__ import annotations
@@ -152,11 +153,12 @@ class DirectWrites:
 
     def settle(self) -> None:
         """Waits until every record submitted is written; raises the
-        :class:`DirectWriteError` of a write that failed (once: it is forgotten then)."""
+        :class:`DirectWriteError` of a write that failed (again at every later call: the
+        file no longer ends where its writer thinks)."""
         with self._changed:
             while (self._queue or self._busy) and self._waitable():
                 self._changed.wait(0.1)
-            failure, self._failure = self._failure, None
+            failure = self._failure
         if failure is not None:
             raise failure
 
@@ -200,23 +202,27 @@ class DirectWrites:
                     count += 1
                 self._busy = True
             failure = None
+            progress = [start]  # where the bytes written so far end
             try:
-                self._write(parts, start)
+                self._write(parts, progress)
             except BaseException as error:  # every failure goes to the caller
-                failure = DirectWriteError(error, start)
+                failure = error
             with changed:
                 self._busy = False
-                if failure is not None:
-                    self._failure = failure
-                    self._queue.clear()  # nothing after a failed record is written
-                    self._queued_bytes = 0
-                else:
-                    for _ in range(count):
-                        self._queued_bytes -= self._queue.popleft()[2]
+                for _ in range(count):  # the records written whole are done
+                    _, record_start, total, _ = self._queue[0]
+                    if failure is not None and record_start + total > progress[0]:
+                        self._failure = DirectWriteError(failure, record_start)
+                        self._queue.clear()  # nothing after a failed record is written
+                        self._queued_bytes = 0
+                        break
+                    self._queued_bytes -= self._queue.popleft()[2]
                 changed.notify_all()
 
-    def _write(self, parts: list[memoryview], offset: int) -> None:
+    def _write(self, parts: list[memoryview], progress: list[int]) -> None:
+        """Writes ``parts`` at ``progress[0]``, which follows the bytes written."""
         assert self._fd is not None
+        offset = progress[0]
         while parts:
             try:
                 written = os.pwritev(self._fd, parts, offset)
@@ -229,6 +235,7 @@ class DirectWrites:
             if not written:
                 raise OSError(errno.EIO, "the disk took no bytes", self._path)
             offset += written
+            progress[0] = offset
             # A short write (a full disk): the rest again, where the next call fails.
             while parts and written >= len(parts[0]):
                 written -= len(parts[0])

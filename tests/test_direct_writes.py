@@ -1,0 +1,240 @@
+"""A durable local archive writes the large records it compressed into its own memory
+straight to the disk (``O_DIRECT``, on a thread behind the caller: ``archive/_direct.py``).
+The file holds the bytes the page-cache path writes; the records really go past the page
+cache; a device that refuses the alignment and a filesystem without ``O_DIRECT`` fall back
+to the page cache; records read back while the archive is written are whole; and a disk
+that fills up during a direct write stops the archive with a clear error, publishes
+nothing and leaves the records before the failure for ``recover``."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ncore_like.archive._direct as direct_module
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, recover
+from ncore_like.errors import ArchiveClosedError
+from tests.test_chunk_buffers import CASES, values_of
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+
+#: A name long enough that its chunk keys need PAX headers (more than one header block).
+LONG_NAME = "camera_front_wide_" + "x" * 90
+
+
+def write(path: Path, values: np.ndarray[Any, Any], chunks: tuple[int, ...], compression: BloscCompression,
+          *, durable: bool = True, name: str = "x") -> None:  # fmt: skip
+    with IndexedTarZarrStore(path, mode="w", durable=durable) as store:
+        store.create_root_group({}).create_array(name, values, chunks=chunks, compression=compression)
+
+
+def direct_flag(fd: int) -> bool:
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+
+
+@pytest.mark.parametrize(("dtype", "shape", "chunks", "compression"), CASES)
+@pytest.mark.parametrize("name", ["x", LONG_NAME])
+def test_direct_writes_make_the_file_the_page_cache_path_makes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: str,
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    compression: BloscCompression,
+    name: str,
+) -> None:
+    values = values_of(dtype, shape)
+    written: list[tuple[bool, int]] = []
+    pwritev = os.pwritev
+
+    def recorded(fd: int, buffers: Any, offset: int) -> int:
+        count = pwritev(fd, buffers, offset)
+        written.append((direct_flag(fd), count))
+        return count
+
+    monkeypatch.setattr(direct_module.os, "pwritev", recorded)
+    write(tmp_path / "direct.itar", values, chunks, compression, name=name)
+    # The same archive through the page cache (durable=False never writes directly).
+    write(tmp_path / "cached.itar", values, chunks, compression, durable=False, name=name)
+    assert (tmp_path / "direct.itar").read_bytes() == (tmp_path / "cached.itar").read_bytes()
+    size = (tmp_path / "direct.itar").stat().st_size
+    direct_bytes = sum(count for is_direct, count in written if is_direct)
+    if CASES.index((dtype, shape, chunks, compression)) == 1:
+        assert direct_bytes == 0  # records of ~75 KB: gathered in the write buffer
+    else:  # the chunk records went to the disk directly: all but the metadata and the index
+        assert direct_bytes > 0.8 * size, (direct_bytes, size)
+    with IndexedTarZarrStore(tmp_path / "direct.itar") as store:
+        np.testing.assert_array_equal(store.open_root_group(consolidated=False).array(name)[...], values)
+
+
+def test_a_device_refusing_the_alignment_gets_the_records_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk with 4 KB logical blocks refuses direct writes at tar's 512-byte offsets with
+    EINVAL: the writing thread turns O_DIRECT off and writes the same bytes."""
+    dtype, shape, chunks, compression = CASES[0]
+    values = values_of(dtype, shape, seed=1)
+    refused: list[int] = []
+    pwritev = os.pwritev
+
+    def refusing(fd: int, buffers: Any, offset: int) -> int:
+        if direct_flag(fd):
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_module.os, "pwritev", refusing)
+    write(tmp_path / "refused.itar", values, chunks, compression)
+    write(tmp_path / "cached.itar", values, chunks, compression, durable=False)
+    assert len(refused) == 1  # once: later records are not offered to the device again
+    assert (tmp_path / "refused.itar").read_bytes() == (tmp_path / "cached.itar").read_bytes()
+
+
+def test_a_filesystem_without_o_direct_gets_the_records_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dtype, shape, chunks, compression = CASES[2]
+    values = values_of(dtype, shape, seed=2)
+    tried: list[str] = []
+    open_file = os.open
+
+    def without_direct(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_DIRECT:
+            tried.append(path)
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return open_file(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(direct_module.os, "open", without_direct)
+    write(tmp_path / "plain.itar", values, chunks, compression)
+    write(tmp_path / "cached.itar", values, chunks, compression, durable=False)
+    assert tried == [str(tmp_path / "plain.itar.partial")]  # asked once
+    assert (tmp_path / "plain.itar").read_bytes() == (tmp_path / "cached.itar").read_bytes()
+
+
+def test_records_read_while_the_archive_is_written_are_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of a record whose direct write may still be in flight waits for it (the page
+    cache is coherent with completed direct writes only)."""
+    dtype, shape, chunks, compression = CASES[3]
+    values = values_of(dtype, shape, seed=3)
+    pwritev = os.pwritev
+
+    def slow(fd: int, buffers: Any, offset: int) -> int:
+        if direct_flag(fd):
+            time.sleep(0.02)  # a slow disk: the reads come while the writes are in flight
+        return pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_module.os, "pwritev", slow)
+    with IndexedTarZarrStore(tmp_path / "open.itar", mode="w") as store:
+        array = store.create_root_group({}).create_array("x", values, chunks=chunks, compression=compression)
+        np.testing.assert_array_equal(array[...], values)
+
+
+FILLING_WRITER = textwrap.dedent(
+    """
+    import resource, signal, sys
+    import numpy as np
+    from ncore_like import BloscCompression, IndexedTarZarrStore
+    from tests.test_chunk_buffers import values_of
+
+    path, limit = sys.argv[1], int(sys.argv[2])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    values = values_of("<f4", (24, 512, 512), seed=7)
+    try:
+        with IndexedTarZarrStore(path, mode="w") as store:
+            root = store.create_root_group({})
+            root.create_array("x", values, chunks=(1, 512, 512), compression=BloscCompression())
+    except OSError as error:
+        print("error", error.errno, error.filename, "|", error, flush=True)
+        sys.exit(3)
+    print("closed", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("limit", [3 << 20, 9_000_123])
+def test_a_full_disk_during_direct_writes_raises_publishes_nothing_and_recovers(tmp_path: Path, limit: int) -> None:
+    path = tmp_path / "full.itar"
+    process = subprocess.run(
+        [sys.executable, "-c", FILLING_WRITER, str(path), str(limit)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 3, (process.returncode, process.stdout, process.stderr)
+    error = process.stdout.splitlines()[-1]
+    partial = tmp_path / "full.itar.partial"
+    # A clear OSError: the kernel's reason, and the file it could not write.
+    assert error.startswith(f"error {errno.EFBIG} {partial} |"), error
+    assert "File too large" in error and "what was written stays for recovery" in error, error
+    assert not path.exists()  # nothing at the final name
+    assert partial.stat().st_size <= limit
+    report = recover(path)
+    assert not report.damaged, report
+    values = values_of("<f4", (24, 512, 512), seed=7)
+    reference = tmp_path / "reference.itar"  # the same chunks written whole
+    write(reference, values, (1, 512, 512), BloscCompression(), durable=False)
+    with IndexedTarArchive(reference) as whole, IndexedTarArchive(path, verify_checksums=True) as recovered:
+        chunk_keys = [key for key in whole.keys() if key.startswith("x/") and "zarr" not in key and ".z" not in key]
+        kept = [key for key in recovered.keys() if key in chunk_keys]
+        # The records before the failure, the first chunks in order, byte for byte: as many
+        # as the limit holds whole (the record the limit cut and all after it are gone).
+        assert kept == chunk_keys[: len(kept)]
+        ends = itertools.accumulate(512 + -(-whole.records[key].size // 512) * 512 for key in chunk_keys)
+        fit = sum(1 for end in ends if end <= limit)  # the chunks come first in the file
+        assert len(kept) == fit, (len(kept), fit, limit)
+        for key in kept:
+            assert recovered[key] == whole[key]
+
+
+def test_a_failed_direct_write_seen_by_a_read_stops_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failure of a write behind the caller may first show in a read of the writing
+    archive; every later write and the close fail too, and nothing is published (the file
+    no longer ends where the index would say)."""
+    dtype, shape, chunks, compression = CASES[3]
+    values = values_of(dtype, shape, seed=4)
+    pwritev = os.pwritev
+    armed: list[bool] = []
+
+    def failing(fd: int, buffers: Any, offset: int) -> int:
+        if direct_flag(fd) and armed:
+            time.sleep(0.1)  # a slow disk: the caller has moved on when the failure comes
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_module.os, "pwritev", failing)
+    path = tmp_path / "seq.itar"
+    store = IndexedTarZarrStore(path, mode="w")
+    root = store.create_root_group({})
+    root.create_array("x", values[:2], chunks=chunks, compression=compression)
+    store.archive.flush()  # x's records are on disk
+    armed.append(True)
+    root.create_array("y", values[1:], chunks=chunks, compression=compression)  # its writes fail, later
+    with pytest.raises(OSError, match="No space left on device") as failed:
+        root.array("y")[...]
+    assert failed.value.filename == str(tmp_path / "seq.itar.partial")
+    with pytest.raises((OSError, ArchiveClosedError)):
+        root.create_array("z", values[2:], chunks=chunks, compression=compression)
+    with pytest.raises((OSError, ArchiveClosedError), match="nothing is published|No space left"):
+        store.close()
+    assert not path.exists()  # nothing published
+    report = recover(path)  # the records written before the failure are kept
+    assert not report.damaged
+    with IndexedTarZarrStore(path) as recovered:
+        keys = [key for key in recovered.archive.keys() if key.startswith(("x/", "y/"))]
+    assert {"x/0.0.0", "x/1.0.0"} <= set(keys) and not any(key.startswith("y/") for key in keys), keys
