@@ -24,6 +24,7 @@ import pytest
 
 import ncore_like.archive._direct as direct_module
 from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore, recover
+from ncore_like._buffers import new_result
 from ncore_like.errors import ArchiveClosedError
 from tests.test_chunk_buffers import CASES, values_of
 
@@ -238,3 +239,29 @@ def test_a_failed_direct_write_seen_by_a_read_stops_the_archive(
     with IndexedTarZarrStore(path) as recovered:
         keys = [key for key in recovered.archive.keys() if key.startswith(("x/", "y/"))]
     assert {"x/0.0.0", "x/1.0.0"} <= set(keys) and not any(key.startswith("y/") for key in keys), keys
+
+
+def test_flush_returns_once_the_direct_writes_are_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record handed over in aligned memory is written directly, behind the caller; a
+    flush with nothing else to write still waits for it before it syncs the file."""
+    payload = new_result((3 << 20,), np.dtype(np.uint8))  # page-aligned, as compressed chunks are
+    payload[:] = np.random.default_rng(5).integers(0, 256, payload.size, dtype=np.uint8)
+    pwritev = os.pwritev
+    slow_writes: list[int] = []
+
+    def slow(fd: int, buffers: Any, offset: int) -> int:
+        if direct_flag(fd):
+            slow_writes.append(offset)
+            time.sleep(0.2)  # a slow disk
+        return pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_module.os, "pwritev", slow)
+    path = tmp_path / "raw.itar"
+    with IndexedTarArchive(path, mode="w") as archive:
+        archive["frame"] = memoryview(payload)
+        archive.flush()
+        assert slow_writes, "the record was not written directly"
+        record = archive.records["frame"]
+        with open(tmp_path / "raw.itar.partial", "rb") as partial:
+            partial.seek(record.offset)
+            assert partial.read(record.size) == payload.tobytes()

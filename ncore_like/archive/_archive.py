@@ -80,6 +80,9 @@ class IndexedTarArchive:
             the syncs, for scratch conversions: the archive is complete once :meth:`close`
             returns, but a power cut (not a killed process) soon after can lose or tear it,
             and records acknowledged by :meth:`flush` may be lost. Remote archives ignore it.
+            A durable local archive writes the large records it compressed itself past the
+            page cache (``O_DIRECT``), behind the caller: their failure (a full disk) is
+            raised by a later call and stops the archive (the API page says more).
 
     Writing: records are write-once (a second write of a key raises
     :class:`~ncore_like.RecordExistsError`), except *node metadata records* (``.zgroup``,

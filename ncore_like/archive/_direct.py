@@ -93,7 +93,7 @@ class DirectWrites:
         self._fd: int | None = None  # opened on first use; -1: none (refused, or closed)
         self._slots = memoryview(b"")  # made with the descriptor
         self._next_slot = 0
-        self._queue: deque[tuple[list[memoryview], int, int, object]] = deque()
+        self._queue: deque[tuple[list[memoryview], int, int]] = deque()
         self._queued_bytes = 0
         self._busy = False  # the thread is writing a record it took off the queue
         self._failure: DirectWriteError | None = None
@@ -132,10 +132,11 @@ class DirectWrites:
             parts.append(slot[head : head + _ALIGNMENT])
         return parts
 
-    def submit(self, parts: list[memoryview], start: int, payload: object) -> None:
+    def submit(self, parts: list[memoryview], start: int) -> None:
         """Queues the record :meth:`prepare` laid out as ``parts`` for writing at ``start``
-        (``payload``, held until it is written); waits while the queue is full. Raises the
-        :class:`DirectWriteError` of an earlier write, and then queues nothing."""
+        (its payload's memory stays held by them until it is written); waits while the queue
+        is full. Raises the :class:`DirectWriteError` of an earlier write, and then queues
+        nothing."""
         total = sum(map(len, parts))
         with self._changed:
             while self._failure is None and (
@@ -144,7 +145,7 @@ class DirectWrites:
                 self._changed.wait()
             if self._failure is not None:
                 raise self._failure
-            self._queue.append((parts, start, total, payload))
+            self._queue.append((parts, start, total))
             self._queued_bytes += total
             self._changed.notify_all()
         if self._thread is None:
@@ -194,7 +195,7 @@ class DirectWrites:
                 parts: list[memoryview] = []
                 start = end = self._queue[0][1]
                 count = 0
-                for record_parts, record_start, total, _ in self._queue:
+                for record_parts, record_start, total in self._queue:
                     if record_start != end or len(parts) + len(record_parts) > _MAX_PARTS:
                         break
                     parts += record_parts
@@ -210,7 +211,7 @@ class DirectWrites:
             with changed:
                 self._busy = False
                 for _ in range(count):  # the records written whole are done
-                    _, record_start, total, _ = self._queue[0]
+                    _, record_start, total = self._queue[0]
                     if failure is not None and record_start + total > progress[0]:
                         self._failure = DirectWriteError(failure, record_start)
                         self._queue.clear()  # nothing after a failed record is written
@@ -249,7 +250,7 @@ class DirectWrites:
         with self._changed:
             while (self._queue or self._busy) and self._waitable():
                 self._changed.wait(0.1)
-            self._queue.append(([], -1, 0, None))  # stops the thread
+            self._queue.append(([], -1, 0))  # stops the thread
             self._changed.notify_all()
         fd, self._fd = self._fd, -1
         if fd is not None and fd >= 0:

@@ -317,7 +317,9 @@ class _LocalSink:
     padding in one call, without copying the payload). Buffered bytes are read back from
     memory. ``durable``: :meth:`flush` and :meth:`publish` fsync the file (and the folder
     after the rename), and the write-back of what is written starts every few megabytes
-    (:func:`_writeback`); without it they only write."""
+    (:func:`_writeback`); without it they only write. A durable sink also writes large
+    records in aligned memory past the page cache, behind the caller (:mod:`._direct`): it
+    waits for those writes before any other access to the file's bytes."""
 
     def __init__(
         self, path: str, *, exclusive: bool = False, resume_at: int | None = None, durable: bool = True
@@ -374,7 +376,7 @@ class _LocalSink:
             assert direct is not None
             self._drain()
             try:
-                direct.submit(parts, self._end, buffers[1])
+                direct.submit(parts, self._end)
             except DirectWriteError as failure:
                 self._direct_failed(failure)
             self._end += total

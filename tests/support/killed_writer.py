@@ -4,7 +4,9 @@ stdout, so that the test can kill it with SIGKILL at any point and check what su
 Usage: ``python -m tests.support.killed_writer LOCATION SEED COUNT FLUSH_EVERY MODE [OPTIONS_JSON]``
 
 * ``MODE`` ``records``: raw records through ``IndexedTarArchive``; ``hierarchy``: one
-  array per record through ``IndexedTarZarrStore`` (zarr format 2), consolidated at close.
+  array per record through ``IndexedTarZarrStore`` (zarr format 2), consolidated at close;
+  ``volumes``: one Blosc-compressed array of :func:`volume` per record, its chunks large
+  enough for a durable store's direct writes (``archive/_direct.py``).
 * Prints ``wrote KEY`` after each record, ``flushed N`` after a ``flush()`` returned with N
   records written, ``closing`` before ``close()`` and ``closed`` after it.
 * With ``KILLED_WRITER_HOLD`` (seconds) in the environment, prints ``holding`` after the
@@ -20,17 +22,26 @@ import random
 import signal
 import sys
 import time
+from typing import Any
 
 import numpy as np
 from upath import UPath
 
-from ncore_like import IndexedTarArchive, IndexedTarZarrStore
+from ncore_like import BloscCompression, IndexedTarArchive, IndexedTarZarrStore
 
 
 def payload(seed: int, index: int) -> bytes:
     """The bytes of record ``index`` (the test regenerates them to compare)."""
     rng = random.Random(seed * 100_003 + index)
     return rng.randbytes(rng.choice((0, 1, 700, 4096, 30_000, 200_000)))
+
+
+def volume(seed: int, index: int) -> np.ndarray[Any, Any]:
+    """Array ``index`` of mode ``volumes``: 4 chunks of 512 KB that Blosc compresses to
+    ~300-400 KB each (noise over a smooth part)."""
+    rng = np.random.default_rng(seed * 100_003 + index)
+    smooth = np.sin(np.arange(4 * 256 * 512, dtype=np.float32) / 40.0).reshape(4, 256, 512) * 50
+    return (smooth + rng.normal(0, 2, size=smooth.shape) * (rng.random(smooth.shape) < 0.5)).astype(np.float32)
 
 
 def key(index: int) -> str:
@@ -58,7 +69,11 @@ def main() -> None:
         group = store.create_root_group({"seed": seed}).create_group("frames")
 
         def write(name: str, data: bytes) -> None:
-            group.create_array(name.rpartition("/")[2], np.frombuffer(data, np.uint8), compression=None)
+            name = name.rpartition("/")[2]
+            if mode == "volumes":
+                group.create_array(name, volume(seed, int(name)), chunks=(1, 256, 512), compression=BloscCompression())
+            else:
+                group.create_array(name, np.frombuffer(data, np.uint8), compression=None)
 
         flush = store.flush
 
