@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
 
-__all__ = ["POOLED_BYTES", "new_result"]
+__all__ = ["POOLED_BYTES", "in_pool", "new_result"]
 
 #: Results of at least this many bytes come from the pool; smaller blocks stay in malloc's
 #: own free lists.
@@ -39,6 +40,8 @@ _GRANULE = 64 << 10
 _PAGE = 4096
 
 _local = threading.local()
+#: Every buffer of every thread's pool, by id (:func:`in_pool`).
+_buffers: weakref.WeakValueDictionary[int, np.ndarray[Any, Any]] = weakref.WeakValueDictionary()
 
 
 def _references_when_free() -> int:
@@ -85,7 +88,17 @@ def _page_aligned(nbytes: int) -> np.ndarray[Any, Any]:
     start = -owner.ctypes.data % _PAGE
     # An array over a memoryview of ``owner``: numpy's views of it then refer to it, not to
     # ``owner`` (whose reference count would not tell the pool whether they are held).
-    return np.frombuffer(owner.data[start : start + nbytes], np.uint8)
+    buffer = np.frombuffer(owner.data[start : start + nbytes], np.uint8)
+    _buffers[id(buffer)] = buffer
+    return buffer
+
+
+def in_pool(value: object) -> bool:
+    """Whether ``value`` (an array from :func:`new_result`, or a memoryview of one) is
+    memory of this pool, which starts at a page boundary."""
+    exporter = value.obj if isinstance(value, memoryview) else value
+    base = getattr(exporter, "base", None)
+    return base is not None and _buffers.get(id(base)) is base
 
 
 def _keep(buffers: list[np.ndarray[Any, Any]], buffer: np.ndarray[Any, Any]) -> None:

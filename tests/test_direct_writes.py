@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import itertools
+import mmap
 import os
 import subprocess
 import sys
@@ -265,3 +266,24 @@ def test_flush_returns_once_the_direct_writes_are_on_disk(tmp_path: Path, monkey
         with open(tmp_path / "raw.itar.partial", "rb") as partial:
             partial.seek(record.offset)
             assert partial.read(record.size) == payload.tobytes()
+
+
+def test_a_callers_aligned_bytes_go_through_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the library's own memory is written directly, never a caller's bytes even where
+    they happen to be aligned: what a full disk does to the archive (a failed write of a
+    caller's record leaves it writable) must not depend on where the bytes lie."""
+    aligned = memoryview(mmap.mmap(-1, 3 << 20))  # page-aligned, as 1 in 32 large allocations are
+    aligned[:] = np.random.default_rng(6).integers(0, 256, len(aligned), dtype=np.uint8).tobytes()
+    direct: list[int] = []
+    pwritev = os.pwritev
+
+    def recorded(fd: int, buffers: Any, offset: int) -> int:
+        if direct_flag(fd):
+            direct.append(offset)
+        return pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_module.os, "pwritev", recorded)
+    with IndexedTarArchive(tmp_path / "raw.itar", mode="w") as archive:
+        archive["frame"] = aligned
+    assert direct == []
+    assert IndexedTarArchive(tmp_path / "raw.itar")["frame"] == bytes(aligned)

@@ -14,14 +14,15 @@ the volume took 175 ms alone and 179 ms with the direct writes of its records be
 
 ``O_DIRECT`` asks for aligned writes: file offsets, lengths and memory addresses multiples
 of the device's logical block size (512 bytes on most disks). Tar records start at
-multiples of 512 bytes in the file, so a record qualifies when its payload starts at an
-aligned address, as the library's own large records do (:mod:`ncore_like._buffers` is
-page-aligned): the header and the payload's last partial block (with the padding) are
-copied into a small aligned slot, the rest of the payload is written from where it is (a
-record's payload is held until its write is done). Other payloads (a caller's bytes) go
-through the page cache as before, and so does everything after a device refuses the
-alignment (the writing thread turns ``O_DIRECT`` off) and everything on a filesystem
-without ``O_DIRECT`` (the open fails).
+multiples of 512 bytes in the file, so a record qualifies when its payload is memory of
+:mod:`ncore_like._buffers`, which is page-aligned: the large records the library compresses
+itself (a caller's bytes never qualify, even where they happen to be aligned, so that what
+a failure does to the archive doesn't depend on where they lie). The header and the
+payload's last partial block (with the padding) are copied into a small aligned slot, the
+rest of the payload is written from where it is (and held until its write is done). Other
+payloads go through the page cache as before, and so does everything after a device
+refuses the alignment (the writing thread turns ``O_DIRECT`` off) and everything on a
+filesystem without ``O_DIRECT`` (the open fails).
 
 The file is opened a second time for this: reads of the writing archive's records and the
 small buffered writes go through the writer's own descriptor, after :meth:`settle` (the
@@ -45,6 +46,7 @@ from collections import deque
 
 import numpy as np
 
+from .._buffers import in_pool
 from .._concurrency import process_id
 from ._format import BLOCK_SIZE
 
@@ -75,12 +77,9 @@ class DirectWriteError(Exception):
         self.start = start
 
 
-def _address(buffer: bytes | bytearray | memoryview) -> int | None:
-    """Where ``buffer``'s bytes start in memory (None if it has no flat layout)."""
-    try:
-        return int(np.frombuffer(buffer, np.uint8).ctypes.data)
-    except (ValueError, TypeError):
-        return None
+def _address(buffer: bytes | bytearray | memoryview) -> int:
+    """Where ``buffer``'s bytes start in memory."""
+    return int(np.frombuffer(buffer, np.uint8).ctypes.data)
 
 
 class DirectWrites:
@@ -106,18 +105,17 @@ class DirectWrites:
     ) -> list[memoryview] | None:
         """The aligned buffers that write one record (``header``, ``payload``, then ``pad``
         zero bytes: its tar blocks) with one ``pwritev``, for :meth:`submit`; None if the
-        record can't be written directly (its payload's memory isn't aligned, no
+        record can't be written directly (its payload isn't the pool's memory, no
         ``O_DIRECT`` here)."""
         size = len(payload)
         head = len(header)
         tail = size % _ALIGNMENT
-        address = _address(payload)
         if (
             head % _ALIGNMENT
             or (tail + pad) % _ALIGNMENT
             or head + _ALIGNMENT > _SLOT_BYTES
-            or address is None
-            or address % _ALIGNMENT
+            or not in_pool(payload)
+            or _address(payload) % _ALIGNMENT  # a view that starts within a buffer
             or self._open() < 0
         ):
             return None
