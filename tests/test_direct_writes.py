@@ -287,3 +287,38 @@ def test_a_callers_aligned_bytes_go_through_the_page_cache(tmp_path: Path, monke
         archive["frame"] = aligned
     assert direct == []
     assert IndexedTarArchive(tmp_path / "raw.itar")["frame"] == bytes(aligned)
+
+
+UNCLOSED_WRITER = textwrap.dedent(
+    """
+    import sys
+    from ncore_like import BloscCompression, IndexedTarZarrStore
+    from tests.test_chunk_buffers import values_of
+
+    store = IndexedTarZarrStore(sys.argv[1], mode="w")
+    store.create_root_group({}).create_array(
+        "x", values_of("<f4", (12, 512, 512), seed=8), chunks=(1, 512, 512), compression=BloscCompression()
+    )
+    print("written", flush=True)
+    # The program ends without closing the store.
+    """
+)
+
+
+def test_a_program_that_ends_without_closing_keeps_every_chunk_for_recovery(tmp_path: Path) -> None:
+    """Records still queued for the writing thread when the program ends are written before
+    the interpreter stops its threads, as the write buffer is: recovery gets them all."""
+    path = tmp_path / "unclosed.itar"
+    process = subprocess.run(
+        [sys.executable, "-c", UNCLOSED_WRITER, str(path)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert process.returncode == 0 and process.stdout.split() == ["written"], process.stderr
+    assert not path.exists()
+    report = recover(path)
+    assert not report.damaged, report
+    reference = tmp_path / "reference.itar"
+    write(reference, values_of("<f4", (12, 512, 512), seed=8), (1, 512, 512), BloscCompression(), durable=False)
+    with IndexedTarArchive(reference) as whole, IndexedTarArchive(path, verify_checksums=True) as recovered:
+        chunk_keys = [key for key in whole.keys() if key.startswith("x/") and ".z" not in key]
+        assert len(chunk_keys) == 12
+        assert all(recovered[key] == whole[key] for key in chunk_keys)

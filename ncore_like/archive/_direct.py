@@ -35,6 +35,7 @@ and its records before that one stay in the partial file for recovery.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -42,6 +43,7 @@ import mmap
 import os
 import sys
 import threading
+import weakref
 from collections import deque
 
 import numpy as np
@@ -65,6 +67,18 @@ _MAX_QUEUED = 4
 _MAX_QUEUED_BYTES = 32 << 20
 _SLOTS = _MAX_QUEUED + 1  # a slot is used again only after its record was written
 _MAX_PARTS = 1024  # buffers one pwritev takes at most (the kernel's IOV_MAX)
+
+
+#: Writers whose thread runs: at exit, what they queued is written before the interpreter
+#: stops daemon threads (an archive never closed then keeps it for recovery, as it keeps
+#: its write buffer).
+_running: weakref.WeakSet[DirectWrites] = weakref.WeakSet()
+
+
+@atexit.register
+def _write_queued_at_exit() -> None:
+    for writes in list(_running):
+        writes.wait()
 
 
 class DirectWriteError(Exception):
@@ -149,15 +163,20 @@ class DirectWrites:
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, name="ncore_like-direct-writes", daemon=True)
             self._thread.start()
+            _running.add(self)
+
+    def wait(self) -> None:
+        """Waits until every record submitted is written or dropped after a failure."""
+        with self._changed:
+            while (self._queue or self._busy) and self._waitable():
+                self._changed.wait(0.1)
 
     def settle(self) -> None:
         """Waits until every record submitted is written; raises the
         :class:`DirectWriteError` of a write that failed (again at every later call: the
         file no longer ends where its writer thinks)."""
-        with self._changed:
-            while (self._queue or self._busy) and self._waitable():
-                self._changed.wait(0.1)
-            failure = self._failure
+        self.wait()
+        failure = self._failure
         if failure is not None:
             raise failure
 
@@ -245,9 +264,8 @@ class DirectWrites:
     def close(self) -> None:
         """Waits for the records submitted (their failure stays for :meth:`settle`), stops
         the thread and closes the descriptor (it holds no lock: the writer's own does)."""
+        self.wait()
         with self._changed:
-            while (self._queue or self._busy) and self._waitable():
-                self._changed.wait(0.1)
             self._queue.append(([], -1, 0))  # stops the thread
             self._changed.notify_all()
         fd, self._fd = self._fd, -1
