@@ -40,8 +40,8 @@ _GRANULE = 64 << 10
 _PAGE = 4096
 
 _local = threading.local()
-#: Every buffer of every thread's pool, by id (:func:`in_pool`).
-_buffers: weakref.WeakValueDictionary[int, np.ndarray[Any, Any]] = weakref.WeakValueDictionary()
+#: Every page-aligned buffer of every thread's pool, by id (:func:`in_pool`).
+_aligned: weakref.WeakValueDictionary[int, np.ndarray[Any, Any]] = weakref.WeakValueDictionary()
 
 
 def _references_when_free() -> int:
@@ -57,10 +57,10 @@ def _count_references(buffers: list[np.ndarray[Any, Any]], index: int) -> int:
 _FREE = _references_when_free()
 
 
-def new_result(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+def new_result(shape: tuple[int, ...], dtype: np.dtype[Any], *, aligned: bool = False) -> np.ndarray[Any, Any]:
     """A new, writeable, C-contiguous array of ``shape`` and ``dtype`` (its values
     undefined, as :func:`numpy.empty`'s), in memory a dropped large result had when there is
-    one."""
+    one. ``aligned``: pooled memory that starts at a page boundary (see :func:`in_pool`)."""
     nbytes = math.prod(shape) * dtype.itemsize
     if not POOLED_BYTES <= nbytes <= _MAX_POOLED_BYTES or dtype.hasobject:
         return np.empty(shape, dtype)
@@ -71,34 +71,41 @@ def new_result(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, 
     # be in the CPU's caches, as malloc's last freed block would be); it moves to the end, so
     # the oldest go first when the pool is full.
     for index in range(len(buffers) - 1, -1, -1):
-        if nbytes <= len(buffers[index]) and _count_references(buffers, index) <= _FREE:
+        if (
+            nbytes <= len(buffers[index])
+            and _count_references(buffers, index) <= _FREE
+            and (not aligned or _aligned.get(id(buffers[index])) is buffers[index])
+        ):
             buffer = buffers.pop(index)
             buffers.append(buffer)
             break
     else:
-        buffer = _page_aligned(-(-nbytes // _GRANULE) * _GRANULE)
+        size = -(-nbytes // _GRANULE) * _GRANULE
+        # Reads get numpy's own memory: the frames of bench_ops' lookup read 5-7 % slower
+        # into page-aligned buffers (measured, cause not found).
+        buffer = _page_aligned(size) if aligned else np.empty(size, np.uint8)
         _keep(buffers, buffer)
     return buffer[:nbytes].view(dtype).reshape(shape)
 
 
 def _page_aligned(nbytes: int) -> np.ndarray[Any, Any]:
     """``nbytes`` of new memory starting at a page boundary: a durable archive writes records
-    made there straight to the disk (``archive._direct``), which needs aligned memory."""
+    compressed there straight to the disk (``archive._direct``), which needs aligned memory."""
     owner = np.empty(nbytes + _PAGE, np.uint8)
     start = -owner.ctypes.data % _PAGE
     # An array over a memoryview of ``owner``: numpy's views of it then refer to it, not to
     # ``owner`` (whose reference count would not tell the pool whether they are held).
     buffer = np.frombuffer(owner.data[start : start + nbytes], np.uint8)
-    _buffers[id(buffer)] = buffer
+    _aligned[id(buffer)] = buffer
     return buffer
 
 
 def in_pool(value: object) -> bool:
     """Whether ``value`` (an array from :func:`new_result`, or a memoryview of one) is
-    memory of this pool, which starts at a page boundary."""
+    memory of this pool that starts at a page boundary (``aligned``)."""
     exporter = value.obj if isinstance(value, memoryview) else value
     base = getattr(exporter, "base", None)
-    return base is not None and _buffers.get(id(base)) is base
+    return base is not None and _aligned.get(id(base)) is base
 
 
 def _keep(buffers: list[np.ndarray[Any, Any]], buffer: np.ndarray[Any, Any]) -> None:

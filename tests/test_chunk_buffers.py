@@ -92,8 +92,8 @@ def test_many_chunks_in_flight_read_back_and_reuse_memory(
     too early would hold another chunk's stream by the time its own is written."""
     made: list[int] = []  # addresses: holding the arrays would keep their memory from reuse
 
-    def recorded(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
-        result = new_result(shape, dtype)
+    def recorded(shape: tuple[int, ...], dtype: np.dtype[Any], *, aligned: bool = False) -> np.ndarray[Any, Any]:
+        result = new_result(shape, dtype, aligned=aligned)
         made.append(result.__array_interface__["data"][0])
         return result
 

@@ -245,7 +245,7 @@ def test_a_failed_direct_write_seen_by_a_read_stops_the_archive(
 def test_flush_returns_once_the_direct_writes_are_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record handed over in aligned memory is written directly, behind the caller; a
     flush with nothing else to write still waits for it before it syncs the file."""
-    payload = new_result((3 << 20,), np.dtype(np.uint8))  # page-aligned, as compressed chunks are
+    payload = new_result((3 << 20,), np.dtype(np.uint8), aligned=True)  # as compressed chunks are
     payload[:] = np.random.default_rng(5).integers(0, 256, payload.size, dtype=np.uint8)
     pwritev = os.pwritev
     slow_writes: list[int] = []

@@ -143,7 +143,7 @@ def _compressor(
         if compress_into is not None:
 
             def compress(raw: np.ndarray[Any, Any]) -> Record:
-                dest = new_result((raw.size + BLOSC_MAX_OVERHEAD,), _BYTE)
+                dest = new_result((raw.size + BLOSC_MAX_OVERHEAD,), _BYTE, aligned=True)
                 return memoryview(dest)[: compress_into(raw, dest)]  # type: ignore[arg-type]
 
             return compress
