@@ -13,6 +13,7 @@ import fcntl
 import itertools
 import mmap
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -322,3 +323,111 @@ def test_a_program_that_ends_without_closing_keeps_every_chunk_for_recovery(tmp_
         chunk_keys = [key for key in whole.keys() if key.startswith("x/") and ".z" not in key]
         assert len(chunk_keys) == 12
         assert all(recovered[key] == whole[key] for key in chunk_keys)
+
+
+class _Alarm(Exception):
+    """What the test's signal handler raises (as Ctrl-C's KeyboardInterrupt would)."""
+
+
+def _raise_alarm(*_: object) -> None:
+    raise _Alarm
+
+
+def test_an_exception_from_a_signal_while_the_queue_is_full_damages_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal handler's exception that lands while the caller waits for room in the queue
+    of direct writes: the record isn't queued and takes no slot (it took the slot of a
+    queued record, whose header and last block the next record then overwrote), so the
+    archive the caller goes on to close reads back whole."""
+    pwritev = os.pwritev
+
+    def slow(fd: int, buffers: Any, offset: int) -> int:
+        if direct_flag(fd):  # a slow disk (10 MB/s): the queue stays full, the caller waits in it
+            time.sleep(sum(map(len, buffers)) / 10e6)
+        return pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_module.os, "pwritev", slow)
+    rng = np.random.default_rng(9)
+    written: dict[str, bytes] = {}
+    interrupted: list[str] = []
+    path = tmp_path / "seq.itar"
+    previous = signal.signal(signal.SIGALRM, _raise_alarm)
+    try:
+        archive = IndexedTarArchive(path, mode="w")
+        signal.setitimer(signal.ITIMER_REAL, 0.35)
+        for index in range(40):
+            payload = new_result((300_000 + 777 * index,), np.dtype(np.uint8), aligned=True)
+            payload[:] = rng.integers(0, 256, payload.size, dtype=np.uint8)
+            key = f"r{index:03d}"
+            try:
+                archive[key] = memoryview(payload)
+            except _Alarm:
+                interrupted.append(key)
+                continue
+            written[key] = payload.tobytes()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert interrupted, "the alarm came after the last write"
+    archive.close()  # an interrupt inside the queue's wait leaves the archive writable
+    with IndexedTarArchive(path, verify_checksums=True) as published:
+        assert set(published.keys()) == set(written)
+        for key, payload_bytes in written.items():
+            assert published[key] == payload_bytes, key
+
+
+HANDING_OVER_WRITER = textwrap.dedent(
+    """
+    import fcntl, os, sys, time
+    import ncore_like.archive._direct as direct_module
+    from ncore_like import BloscCompression, IndexedTarZarrStore
+    from tests.test_chunk_buffers import values_of
+
+    pwritev = os.pwritev
+
+    def slow(fd, buffers, offset):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            time.sleep(sum(map(len, buffers)) / 50e6)  # a slow disk: records are queued at the fork
+        return pwritev(fd, buffers, offset)
+
+    direct_module.os.pwritev = slow
+    path, done = sys.argv[1], sys.argv[2]
+    store = IndexedTarZarrStore(path, mode="w")
+    root = store.create_root_group({})
+    root.create_array("x", values_of("<f4", (24, 512, 512), seed=10), chunks=(1, 512, 512),
+                      compression=BloscCompression())
+    if os.fork():
+        os._exit(0)  # the parent hands the archive over and leaves at once (a launcher)
+    store.reload_resources()
+    back = root.array("x")[...]
+    root.create_array("y", values_of("<f4", (2, 512, 512), seed=11), chunks=(1, 512, 512),
+                      compression=BloscCompression())
+    store.close()
+    with open(done, "w") as marker:
+        marker.write("closed")
+    os._exit(0)
+    """
+)
+
+
+def test_a_forked_child_that_takes_the_archive_over_finds_every_record_of_the_parent(tmp_path: Path) -> None:
+    """A fork waits for the direct writes queued: only the parent's thread could write
+    them, and a parent that leaves at once took them along."""
+    path, done = tmp_path / "handed.itar", tmp_path / "done"
+    process = subprocess.run(
+        [sys.executable, "-c", HANDING_OVER_WRITER, str(path), str(done)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 0, process.stderr
+    deadline = time.monotonic() + 60
+    while not done.exists() and time.monotonic() < deadline:  # the child runs on, orphaned
+        time.sleep(0.05)
+    assert done.exists(), "the child didn't close the archive"
+    with IndexedTarZarrStore(path, verify_checksums=True) as store:
+        root = store.open_root_group(consolidated=False)
+        np.testing.assert_array_equal(root.array("x")[...], values_of("<f4", (24, 512, 512), seed=10))
+        np.testing.assert_array_equal(root.array("y")[...], values_of("<f4", (2, 512, 512), seed=11))

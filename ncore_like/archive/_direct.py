@@ -54,6 +54,8 @@ from ._format import BLOCK_SIZE
 
 __all__ = ["DirectWriteError", "DirectWrites"]
 
+_Buffer = bytes | bytearray | memoryview
+
 #: File offsets, lengths and addresses of direct writes are multiples of this (tar's block
 #: size, the smallest logical block size of disks; a device that needs more refuses the
 #: first write, and the rest goes through the page cache).
@@ -68,20 +70,25 @@ _SLOT_BYTES = 64 << 10
 #: write-back of the page cache would after close.
 _MAX_QUEUED = 16
 _MAX_QUEUED_BYTES = 64 << 20
-_SLOTS = _MAX_QUEUED + 1  # a slot is used again only after its record was written
+_SLOTS = _MAX_QUEUED + 1  # one is always free for the record being queued
 _MAX_PARTS = 1024  # buffers one pwritev takes at most (the kernel's IOV_MAX)
 
 
 #: Writers whose thread runs: at exit, what they queued is written before the interpreter
 #: stops daemon threads (an archive never closed then keeps it for recovery, as it keeps
-#: its write buffer).
+#: its write buffer); so it is before a fork.
 _running: weakref.WeakSet[DirectWrites] = weakref.WeakSet()
 
 
 @atexit.register
-def _write_queued_at_exit() -> None:
+def _write_queued() -> None:
     for writes in list(_running):
         writes.wait()
+
+
+# A fork waits for the queued records too: the child's writer carries on after them, and
+# only the parent's thread can write them (a parent that exits at once would lose them).
+os.register_at_fork(before=_write_queued)
 
 
 class DirectWriteError(Exception):
@@ -94,7 +101,7 @@ class DirectWriteError(Exception):
         self.start = start
 
 
-def _address(buffer: bytes | bytearray | memoryview) -> int:
+def _address(buffer: _Buffer) -> int:
     """Where ``buffer``'s bytes start in memory."""
     return int(np.frombuffer(buffer, np.uint8).ctypes.data)
 
@@ -108,8 +115,7 @@ class DirectWrites:
         self._path = path
         self._fd: int | None = None  # opened on first use; -1: none (refused, or closed)
         self._slots = memoryview(b"")  # made with the descriptor
-        self._next_slot = 0
-        self._queue: deque[tuple[list[memoryview], int, int]] = deque()
+        self._queue: deque[tuple[list[memoryview], int, int, int]] = deque()  # parts, start, bytes, slot
         self._queued_bytes = 0
         self._busy = False  # the thread is writing a record it took off the queue
         self._failure: DirectWriteError | None = None
@@ -117,42 +123,33 @@ class DirectWrites:
         self._thread: threading.Thread | None = None
         self._pid = process_id()
 
-    def prepare(
-        self, header: bytes | bytearray | memoryview, payload: bytes | bytearray | memoryview, pad: int
-    ) -> list[memoryview] | None:
-        """The aligned buffers that write one record (``header``, ``payload``, then ``pad``
-        zero bytes: its tar blocks) with one ``pwritev``, for :meth:`submit`; None if the
-        record can't be written directly (its payload isn't the pool's memory, no
-        ``O_DIRECT`` here)."""
-        size = len(payload)
+    def qualifies(self, header: _Buffer, payload: _Buffer, pad: int) -> bool:
+        """Whether the record (``header``, ``payload``, then ``pad`` zero bytes: its tar
+        blocks) can be written directly: its payload is the pool's aligned memory, and this
+        filesystem takes ``O_DIRECT``."""
         head = len(header)
-        tail = size % _ALIGNMENT
-        if (
+        return not (
             head % _ALIGNMENT
-            or (tail + pad) % _ALIGNMENT
+            or (len(payload) + pad) % _ALIGNMENT
             or head + _ALIGNMENT > _SLOT_BYTES
             or not in_pool(payload)
             or _address(payload) % _ALIGNMENT  # a view that starts within a buffer
             or self._open() < 0
-        ):
-            return None
-        slot = self._slots[self._next_slot * _SLOT_BYTES : (self._next_slot + 1) * _SLOT_BYTES]
-        self._next_slot = (self._next_slot + 1) % _SLOTS
-        slot[:head] = header
-        body = size - tail
-        parts = [slot[:head], memoryview(payload).cast("B")[:body]]
-        if tail:  # the payload's last bytes, then the padding's zeros, in one aligned block
-            slot[head : head + tail] = memoryview(payload).cast("B")[body:]
-            slot[head + tail : head + _ALIGNMENT] = bytes(pad)
-            parts.append(slot[head : head + _ALIGNMENT])
-        return parts
+        )
 
-    def submit(self, parts: list[memoryview], start: int) -> None:
-        """Queues the record :meth:`prepare` laid out as ``parts`` for writing at ``start``
-        (its payload's memory stays held by them until it is written); waits while the queue
-        is full. Raises the :class:`DirectWriteError` of an earlier write, and then queues
-        nothing."""
-        total = sum(map(len, parts))
+    def submit(self, header: _Buffer, payload: _Buffer, pad: int, start: int) -> None:
+        """Queues a record that :meth:`qualifies` for writing at ``start`` (its payload's
+        memory stays held until it is written); waits while the queue is full. Raises the
+        :class:`DirectWriteError` of an earlier write, and then queues nothing.
+
+        Nothing but the final ``append`` changes what the writing thread sees: an exception
+        raised by a signal handler anywhere before it leaves no record queued and no slot
+        taken (a slot is free while no queued record names it)."""
+        head, size = len(header), len(payload)
+        tail = size % _ALIGNMENT
+        body = size - tail
+        total = head + body + (_ALIGNMENT if tail else 0)
+        self._start_thread()
         with self._changed:
             while self._failure is None and (
                 len(self._queue) >= _MAX_QUEUED or (self._queue and self._queued_bytes + total > _MAX_QUEUED_BYTES)
@@ -160,13 +157,27 @@ class DirectWrites:
                 self._changed.wait()
             if self._failure is not None:
                 raise self._failure
-            self._queue.append((parts, start, total))
+            taken = {record[3] for record in self._queue}
+            index = next(index for index in range(_SLOTS) if index not in taken)
+            slot = self._slots[index * _SLOT_BYTES : (index + 1) * _SLOT_BYTES]
+            slot[:head] = header
+            data = memoryview(payload).cast("B")
+            parts = [slot[:head], data[:body]]
+            if tail:  # the payload's last bytes, then the padding's zeros, in one aligned block
+                slot[head : head + tail] = data[body:]
+                slot[head + tail : head + _ALIGNMENT] = bytes(pad)
+                parts.append(slot[head : head + _ALIGNMENT])
+            self._queue.append((parts, start, total, index))
             self._queued_bytes += total
             self._changed.notify_all()
+
+    def _start_thread(self) -> None:
+        # In steps that an exception between them can't undo: one thread, started once.
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, name="ncore_like-direct-writes", daemon=True)
-            self._thread.start()
             _running.add(self)
+        if self._thread.ident is None:
+            self._thread.start()
 
     def wait(self) -> None:
         """Waits until every record submitted is written or dropped after a failure."""
@@ -179,7 +190,15 @@ class DirectWrites:
         :class:`DirectWriteError` of a write that failed (again at every later call: the
         file no longer ends where its writer thinks)."""
         self.wait()
-        failure = self._failure
+        with self._changed:
+            failure = self._failure
+            if failure is None and self._queue and self._queue[0][1] >= 0:
+                # Records no thread of this process will write (queued by the parent of a
+                # forked child, or the thread stopped): the file doesn't hold them.
+                failure = self._failure = DirectWriteError(
+                    OSError(errno.EIO, "records queued for writing were never written", self._path),
+                    self._queue[0][1],
+                )
         if failure is not None:
             raise failure
 
@@ -215,7 +234,7 @@ class DirectWrites:
                 parts: list[memoryview] = []
                 start = end = self._queue[0][1]
                 count = 0
-                for record_parts, record_start, total in self._queue:
+                for record_parts, record_start, total, _ in self._queue:
                     if record_start != end or len(parts) + len(record_parts) > _MAX_PARTS:
                         break
                     parts += record_parts
@@ -231,7 +250,7 @@ class DirectWrites:
             with changed:
                 self._busy = False
                 for _ in range(count):  # the records written whole are done
-                    _, record_start, total = self._queue[0]
+                    _, record_start, total, _ = self._queue[0]
                     if failure is not None and record_start + total > progress[0]:
                         self._failure = DirectWriteError(failure, record_start)
                         self._queue.clear()  # nothing after a failed record is written
@@ -264,12 +283,23 @@ class DirectWrites:
             if written:
                 parts = [parts[0][written:], *parts[1:]]
 
+    def forked(self) -> DirectWrites:
+        """The direct writes of the same file for a forked child: a new descriptor and
+        thread, and this one's failure (also that of records queued in the parent but never
+        written), which the child's next write then raises."""
+        child = DirectWrites(self._path)
+        with contextlib.suppress(DirectWriteError):
+            self.settle()  # a child's settle doesn't wait: it finds what wasn't written
+        child._failure = self._failure
+        self.close()
+        return child
+
     def close(self) -> None:
         """Waits for the records submitted (their failure stays for :meth:`settle`), stops
         the thread and closes the descriptor (it holds no lock: the writer's own does)."""
         self.wait()
         with self._changed:
-            self._queue.append(([], -1, 0))  # stops the thread
+            self._queue.append(([], -1, 0, -1))  # stops the thread
             self._changed.notify_all()
         fd, self._fd = self._fd, -1
         if fd is not None and fd >= 0:

@@ -369,14 +369,14 @@ class _LocalSink:
                 buffer += part
             return
         direct = self._direct_writes
-        parts = None
-        if direct is not None and len(buffers) == 3:  # one record: header, payload, padding
-            parts = direct.prepare(buffers[0], buffers[1], len(buffers[2]))
-        if parts is not None:
-            assert direct is not None
+        if (
+            direct is not None
+            and len(buffers) == 3  # one record: header, payload, padding
+            and direct.qualifies(buffers[0], buffers[1], len(buffers[2]))
+        ):
             self._drain()
             try:
-                direct.submit(parts, self._end)
+                direct.submit(buffers[0], buffers[1], len(buffers[2]), self._end)
             except DirectWriteError as failure:
                 self._direct_failed(failure)
             self._end += total
@@ -536,8 +536,7 @@ class _LocalSink:
         old, self._fd = self._fd, fd
         os.close(old)
         if self._direct_writes is not None:  # the inherited descriptor goes too
-            self._direct_writes.close()
-            self._direct_writes = DirectWrites(self._partial)
+            self._direct_writes = self._direct_writes.forked()
 
 
 #: fsspec protocols of object stores, whose uploads become objects only when they complete.
