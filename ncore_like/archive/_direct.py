@@ -88,7 +88,13 @@ def _write_queued() -> None:
 
 # A fork waits for the queued records too: the child's writer carries on after them, and
 # only the parent's thread can write them (a parent that exits at once would lose them).
-os.register_at_fork(before=_write_queued)
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held a lock: the child's is a new one.
+    for writes in list(_running):
+        writes._changed = threading.Condition(threading.Lock())
+
+
+os.register_at_fork(before=_write_queued, after_in_child=_after_fork_in_child)
 
 
 class DirectWriteError(Exception):
@@ -117,6 +123,8 @@ class DirectWrites:
         self._slots = memoryview(b"")  # made with the descriptor
         self._queue: deque[tuple[list[memoryview], int, int, int]] = deque()  # parts, start, bytes, slot
         self._queued_bytes = 0
+        self._queued_count = 0  # records ever queued, and written or dropped (see wait)
+        self._done_count = 0
         self._busy = False  # the thread is writing a record it took off the queue
         self._failure: DirectWriteError | None = None
         self._changed = threading.Condition(threading.Lock())
@@ -169,6 +177,7 @@ class DirectWrites:
                 parts.append(slot[head : head + _ALIGNMENT])
             self._queue.append((parts, start, total, index))
             self._queued_bytes += total
+            self._queued_count += 1
             self._changed.notify_all()
 
     def _start_thread(self) -> None:
@@ -180,9 +189,12 @@ class DirectWrites:
             self._thread.start()
 
     def wait(self) -> None:
-        """Waits until every record submitted is written or dropped after a failure."""
+        """Waits until every record submitted before the call is written or dropped after a
+        failure (not for those another thread submits meanwhile: a fork from one thread
+        while another writes on waits for one queue's worth at most)."""
         with self._changed:
-            while (self._queue or self._busy) and self._waitable():
+            target = self._queued_count
+            while self._done_count < target and self._waitable():
                 self._changed.wait(0.1)
 
     def settle(self) -> None:
@@ -223,7 +235,7 @@ class DirectWrites:
         while True:
             with changed:
                 while not self._queue:
-                    changed.wait()
+                    changed.wait(0.5)  # a wake-up lost to a signal's exception is found again
                 if self._fd is None or self._fd < 0 or self._queue[0][1] < 0:  # closed (start -1: stop)
                     self._queue.clear()
                     self._queued_bytes = 0
@@ -253,10 +265,12 @@ class DirectWrites:
                     _, record_start, total, _ = self._queue[0]
                     if failure is not None and record_start + total > progress[0]:
                         self._failure = DirectWriteError(failure, record_start)
+                        self._done_count += len(self._queue)
                         self._queue.clear()  # nothing after a failed record is written
                         self._queued_bytes = 0
                         break
                     self._queued_bytes -= self._queue.popleft()[2]
+                    self._done_count += 1
                 changed.notify_all()
 
     def _write(self, parts: list[memoryview], progress: list[int]) -> None:
