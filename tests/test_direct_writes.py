@@ -43,6 +43,12 @@ def write(path: Path, values: np.ndarray[Any, Any], chunks: tuple[int, ...], com
         store.create_root_group({}).create_array(name, values, chunks=chunks, compression=compression)
 
 
+def run_script(script: str, *args: object) -> subprocess.CompletedProcess[str]:
+    """``script`` in a new interpreter at the repository's root, with ``args``."""
+    command = [sys.executable, "-c", script, *map(str, args)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
 def direct_flag(fd: int) -> bool:
     return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
 
@@ -170,13 +176,7 @@ FILLING_WRITER = textwrap.dedent(
 @pytest.mark.parametrize("limit", [3 << 20, 9_000_123])
 def test_a_full_disk_during_direct_writes_raises_publishes_nothing_and_recovers(tmp_path: Path, limit: int) -> None:
     path = tmp_path / "full.itar"
-    process = subprocess.run(
-        [sys.executable, "-c", FILLING_WRITER, str(path), str(limit)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    process = run_script(FILLING_WRITER, path, limit)
     assert process.returncode == 3, (process.returncode, process.stdout, process.stderr)
     error = process.stdout.splitlines()[-1]
     partial = tmp_path / "full.itar.partial"
@@ -310,9 +310,7 @@ def test_a_program_that_ends_without_closing_keeps_every_chunk_for_recovery(tmp_
     """Records still queued for the writing thread when the program ends are written before
     the interpreter stops its threads, as the write buffer is: recovery gets them all."""
     path = tmp_path / "unclosed.itar"
-    process = subprocess.run(
-        [sys.executable, "-c", UNCLOSED_WRITER, str(path)], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    process = run_script(UNCLOSED_WRITER, path)
     assert process.returncode == 0 and process.stdout.split() == ["written"], process.stderr
     assert not path.exists()
     report = recover(path)
@@ -415,13 +413,7 @@ def test_a_forked_child_that_takes_the_archive_over_finds_every_record_of_the_pa
     """A fork waits for the direct writes queued: only the parent's thread could write
     them, and a parent that leaves at once took them along."""
     path, done = tmp_path / "handed.itar", tmp_path / "done"
-    process = subprocess.run(
-        [sys.executable, "-c", HANDING_OVER_WRITER, str(path), str(done)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    process = run_script(HANDING_OVER_WRITER, path, done)
     assert process.returncode == 0, process.stderr
     deadline = time.monotonic() + 60
     while not done.exists() and time.monotonic() < deadline:  # the child runs on, orphaned

@@ -52,7 +52,7 @@ from .._buffers import in_pool
 from .._concurrency import process_id
 from ._format import BLOCK_SIZE
 
-__all__ = ["DirectWriteError", "DirectWrites"]
+__all__ = ["DirectWriteError", "DirectWrites", "unwritten"]
 
 _Buffer = bytes | bytearray | memoryview
 
@@ -107,6 +107,18 @@ class DirectWriteError(Exception):
         self.start = start
 
 
+def unwritten(parts: list[memoryview], written: int) -> list[memoryview]:
+    """What of ``parts`` a ``pwritev`` that wrote ``written`` bytes of them left."""
+    index = 0
+    while index < len(parts) and written >= len(parts[index]):
+        written -= len(parts[index])
+        index += 1
+    rest = parts[index:]
+    if written:
+        rest[0] = rest[0][written:]
+    return rest
+
+
 def _address(buffer: _Buffer) -> int:
     """Where ``buffer``'s bytes start in memory."""
     return int(np.frombuffer(buffer, np.uint8).ctypes.data)
@@ -125,7 +137,6 @@ class DirectWrites:
         self._queued_bytes = 0
         self._queued_count = 0  # records ever queued, and written or dropped (see wait)
         self._done_count = 0
-        self._busy = False  # the thread is writing a record it took off the queue
         self._failure: DirectWriteError | None = None
         self._changed = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
@@ -236,7 +247,7 @@ class DirectWrites:
             with changed:
                 while not self._queue:
                     changed.wait(0.5)  # a wake-up lost to a signal's exception is found again
-                if self._fd is None or self._fd < 0 or self._queue[0][1] < 0:  # closed (start -1: stop)
+                if self._queue[0][1] < 0:  # close() asks the thread to stop
                     self._queue.clear()
                     self._queued_bytes = 0
                     changed.notify_all()
@@ -252,7 +263,6 @@ class DirectWrites:
                     parts += record_parts
                     end += total
                     count += 1
-                self._busy = True
             failure = None
             progress = [start]  # where the bytes written so far end
             try:
@@ -260,7 +270,6 @@ class DirectWrites:
             except BaseException as error:  # every failure goes to the caller
                 failure = error
             with changed:
-                self._busy = False
                 for _ in range(count):  # the records written whole are done
                     _, record_start, total, _ = self._queue[0]
                     if failure is not None and record_start + total > progress[0]:
@@ -290,12 +299,7 @@ class DirectWrites:
                 raise OSError(errno.EIO, "the disk took no bytes", self._path)
             offset += written
             progress[0] = offset
-            # A short write (a full disk): the rest again, where the next call fails.
-            while parts and written >= len(parts[0]):
-                written -= len(parts[0])
-                parts = parts[1:]
-            if written:
-                parts = [parts[0][written:], *parts[1:]]
+            parts = unwritten(parts, written)  # a short write (a full disk): where the next fails
 
     def forked(self) -> DirectWrites:
         """The direct writes of the same file for a forked child: a new descriptor and

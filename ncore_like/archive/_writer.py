@@ -55,7 +55,7 @@ from .._concurrency import process_id
 from .._signals import deferred_signals
 from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
-from ._direct import DirectWriteError, DirectWrites
+from ._direct import DirectWriteError, DirectWrites, unwritten
 from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
 from ._location import PARTIAL_SUFFIX, Location, partial_path
 from ._sources import remote_errors, remote_failure
@@ -437,11 +437,7 @@ class _LocalSink:
                 self._failed(error, start)
             offset += written
             # Partial writes are rare (signals, full disks): continue after what was written.
-            while parts and written >= len(parts[0]):
-                written -= len(parts[0])
-                parts.pop(0)
-            if written:
-                parts[0] = parts[0][written:]
+            parts = unwritten(parts, written)
 
     def _failed(self, error: OSError, start: int) -> NoReturn:
         """Cuts the file at ``start`` and raises ``error`` as a write of this file that
