@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._json import JSON_INDENT, encode_json, indented_json
 from ..errors import NcoreLikeError, NodeMetadataError
 
 __all__ = [
@@ -26,14 +27,6 @@ __all__ = [
     "json_document",
     "parsing",
 ]
-
-#: zarr-python 3's default indent of node metadata JSON (its ``json_indent`` setting).
-JSON_INDENT = 2
-
-
-def encode_json(document: Any, indent: int | None = JSON_INDENT) -> bytes:
-    """A node metadata document as zarr-python 3 serialises it."""
-    return json.dumps(document, allow_nan=True, indent=indent).encode()
 
 
 class JsonTemplate:
@@ -50,7 +43,7 @@ class JsonTemplate:
 
     def __init__(self, document: dict[str, Any], indent: int | None) -> None:
         self.indent = indent
-        text = json.dumps(document, allow_nan=True, indent=indent)
+        text = indented_json(document, indent)
         self._pieces: list[str] = []  # text between the holes
         self._holes: list[tuple[str, str]] = []  # (name, the indent of its line)
         start = 0
@@ -85,7 +78,7 @@ class JsonTemplate:
                 return "[" + ", ".join(map(str, value)) + "]"
             inner = "\n" + margin + " " * indent
             return "[" + inner + ("," + inner).join(map(str, value)) + "\n" + margin + "]"
-        text = json.dumps(value, allow_nan=True, indent=indent)
+        text = indented_json(value, indent)
         return text.replace("\n", "\n" + margin) if margin else text
 
 

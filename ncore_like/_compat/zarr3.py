@@ -23,6 +23,7 @@ from zarr.core.sync import _get_loop
 from zarr.storage import FsspecStore, LocalStore, StorePath
 
 from .._concurrency import sync
+from .._json import indented_json
 from .._lru import LRUCache, process_cache
 from ._shared import JsonTemplate, StorePrimitives, checked_format, empty_bytes, json_document, parsing
 
@@ -389,7 +390,7 @@ def _open_template(document: dict[str, Any], zarr_format: ZarrFormat, *, open_dt
 
 def _serialised(document: dict[str, Any]) -> bytes:
     """A metadata document as zarr-python 3 serialises it (``json.dumps`` with its indent)."""
-    return json.dumps(document, allow_nan=True, indent=zarr.config.get("json_indent")).encode()
+    return indented_json(document, zarr.config.get("json_indent")).encode()
 
 
 def _rendered(template: _ArrayTemplate, document: dict[str, Any], values: dict[str, Any]) -> bytes:

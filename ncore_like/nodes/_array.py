@@ -542,7 +542,7 @@ class Array(_ArrayNode):
         origin = origin if origin is not None else (0,) * values.ndim
         if values.shape == chunks:  # one whole chunk (a frame, an image): no batches to plan
             record = encode_chunk(values, chunks, fill_value, compression, copy=False)
-            _compat.write_records(store, [(self._chunk_key(origin), record)])
+            _compat.write_record(store, self._chunk_key(origin), record)
             return
         chunk_bytes = math.prod(chunks) * values.dtype.itemsize
         if is_itar_zarr_store(store) and chunk_bytes < _WRITE_BATCH_BYTES:

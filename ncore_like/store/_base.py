@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from .. import _compat
+from .._json import encode_json
 from ..errors import ReadOnlyError
 from ._consolidated import (
     CONSOLIDATED_KEY_V2,
@@ -222,17 +223,20 @@ class Store(ABC):
             root = json.loads(self._read_record("zarr.json") or b"{}")
             if root.get("consolidated_metadata"):
                 root = {name: value for name, value in root.items() if name != "consolidated_metadata"}
-                self._write_record("zarr.json", json.dumps(root, indent=2).encode())
+                self._write_record("zarr.json", encode_json(root))
             else:
                 root = {}
         records = self._collected(keys, zarr_format)
         key = CONSOLIDATED_KEY_V2 if zarr_format == 2 else CONSOLIDATED_KEY_V3
         self._write_record(key, encode_consolidated(records, zarr_format))
-        metadata = {name: json.loads(value) for name, value in records.items()}
-        if zarr_format == 2 and ZARR_PYTHON_CONSOLIDATED_KEY_V2 in keys:
-            self._write_record(ZARR_PYTHON_CONSOLIDATED_KEY_V2, standard_consolidated(metadata, 2, {}))
-        elif root:
-            self._write_record("zarr.json", standard_consolidated(metadata, 3, root))
+        # zarr-python's own copy, where it wrote one (only then are the records decoded here).
+        if zarr_format == 2:
+            standard = ZARR_PYTHON_CONSOLIDATED_KEY_V2 if ZARR_PYTHON_CONSOLIDATED_KEY_V2 in keys else None
+        else:
+            standard = "zarr.json" if root else None
+        if standard is not None:
+            metadata = {name: json.loads(value) for name, value in records.items()}
+            self._write_record(standard, standard_consolidated(metadata, zarr_format, root))
         self._consolidated = (zarr_format, records)
 
     def _collected(self, keys: list[str], zarr_format: ZarrFormat) -> dict[str, bytes]:

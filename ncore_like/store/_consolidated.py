@@ -20,6 +20,7 @@ from typing import Any, Literal
 import cbor2
 
 from .._defaults import DECODED_CONSOLIDATED_RECORDS
+from .._json import encode_json
 from .._lru import LRUCache, process_cache
 from ..errors import ConsolidatedMetadataError
 
@@ -143,10 +144,10 @@ def standard_consolidated(metadata: Mapping[str, Any], zarr_format: Literal[2, 3
     ``metadata``: format 2's ``.zmetadata`` record, or format 3's root ``zarr.json`` (the
     decoded ``root`` record) with the hierarchy's nodes inline."""
     if zarr_format == 2:
-        return json.dumps({"metadata": dict(metadata), "zarr_consolidated_format": 1}, indent=2).encode()
+        return encode_json({"metadata": dict(metadata), "zarr_consolidated_format": 1})
     nodes = {key[: -len("/zarr.json")]: value for key, value in metadata.items() if key != "zarr.json"}
     inline = {"kind": "inline", "must_understand": False, "metadata": nodes}
-    return json.dumps({**root, "consolidated_metadata": inline}, indent=2).encode()
+    return encode_json({**root, "consolidated_metadata": inline})
 
 
 def zarr_nodes(

@@ -23,7 +23,18 @@ PACKAGE = REPO / "ncore_like"
 #: Layers, lowest first, with the modules (or packages) of each. Every module of the
 #: package belongs to exactly one.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundation": ("errors", "_defaults", "_lru", "_lazy", "_log", "_concurrency", "_codecs", "_buffers", "_signals"),
+    "foundation": (
+        "errors",
+        "_defaults",
+        "_lru",
+        "_lazy",
+        "_log",
+        "_concurrency",
+        "_codecs",
+        "_buffers",
+        "_signals",
+        "_json",
+    ),
     "compat": ("_compat",),
     "archive": ("archive",),
     "store": ("store",),
