@@ -20,7 +20,7 @@ from ..errors import ArchiveClosedError, RecordExistsError
 from ._format import Index, is_node_metadata_key, validate_key, validate_keys
 from ._location import Location
 from ._records import ArchiveBase, RecordTable, clipped
-from ._writer import ArchiveWriter, PackedRecords
+from ._writer import ArchiveWriter, ChecksummedRecords, PackedRecords
 
 __all__ = ["WritingArchive"]
 
@@ -155,6 +155,9 @@ class WritingArchive(ArchiveBase):
             self._write_packed(items)
             return
         checked = [(key, self._payload(key, value)) for key, value in items]
+        # Checksums computed where the payloads were made, for records of chunks only (node
+        # metadata records are held back and would leave gaps).
+        given = items.crcs if type(items) is ChecksummedRecords and not items.has_node_metadata else None
         with self.lock:
             self._check_writable()
             positions = self.table.positions
@@ -174,7 +177,7 @@ class WritingArchive(ArchiveBase):
             offsets: list[int] = []
             try:
                 try:
-                    self._writer.append_many(keys, payloads, offsets)
+                    self._writer.append_many(keys, payloads, offsets, given)
                 finally:  # the records written before a failure are counted, as one by one
                     append = self.table.append
                     for key, offset, payload in zip(keys, offsets, payloads, strict=False):
