@@ -9,6 +9,7 @@ bytes too, with the checksums they were given."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,32 +137,46 @@ def mixed_records(seed: int, count: int) -> list[tuple[str, bytes]]:
     return records
 
 
+def _batches(records: list[tuple[str, bytes]], rng: random.Random, batching: str) -> list[Sequence[Any]]:
+    """``records`` as the batches ``write_many`` gets: packed as tar members (with or without
+    checksums: otherwise than the archive, they are written record by record), or with their
+    checksums (one batch, or several joined)."""
+    batches: list[Sequence[Any]] = []
+    start = 0
+    while start < len(records):
+        parts = []
+        for _ in range(rng.choice((1, 3)) if batching == "checksummed" else 1):
+            batch = records[start : start + rng.choice((1, 2, 7, 40))]
+            start += len(batch)
+            keys, payloads = [name for name, _ in batch], [data for _, data in batch]
+            if batching == "checksummed":
+                parts.append(checksummed_records(keys, payloads))  # type: ignore[arg-type]
+            else:
+                batches.append(pack_records(keys, payloads, checksums=batching == "packed"))
+        if parts:
+            batches.append(parts[0] if len(parts) == 1 else ChecksummedRecords.joined(parts))
+    return batches
+
+
 @pytest.mark.parametrize("checksums", [True, False])
-@pytest.mark.parametrize("packed_checksums", [True, False])
+@pytest.mark.parametrize("batching", ["packed", "packed without checksums", "checksummed"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_packed_batches_write_the_bytes_of_write_many(
-    tmp_path: Path, seed: int, checksums: bool, packed_checksums: bool
+def test_batches_made_off_the_writing_thread_write_the_bytes_of_write_many(
+    tmp_path: Path, seed: int, checksums: bool, batching: str
 ) -> None:
     records = mixed_records(seed, 150)
-    rng = random.Random(seed)
-    single, packed = tmp_path / "single.itar", tmp_path / "packed.itar"
+    single, batched = tmp_path / "single.itar", tmp_path / "batched.itar"
     with IndexedTarArchive(single, mode="w", checksums=checksums) as archive:
         for name, data in records:
             archive[name] = data
-    with IndexedTarArchive(packed, mode="w", checksums=checksums) as archive:
-        start = 0
-        while start < len(records):
-            batch = records[start : start + rng.choice((1, 2, 7, 40))]
-            start += len(batch)
-            # Packed with the archive's checksum setting, or not (then written record by record).
-            archive.write_many(
-                pack_records([name for name, _ in batch], [data for _, data in batch], checksums=packed_checksums)
-            )
+    with IndexedTarArchive(batched, mode="w", checksums=checksums) as archive:
+        for batch in _batches(records, random.Random(seed), batching):
+            archive.write_many(batch)
         # Read back before close: from the write buffer and from the file.
         assert all(archive[name] == data for name, data in records)
-    assert packed.read_bytes() == single.read_bytes()
+    assert batched.read_bytes() == single.read_bytes()
     if checksums:
-        assert verify_archive(IndexedTarArchive(packed)).ok
+        assert verify_archive(IndexedTarArchive(batched)).ok
 
 
 def test_packed_records_are_a_sequence_of_key_and_payload() -> None:
@@ -173,30 +188,6 @@ def test_packed_records_are_a_sequence_of_key_and_payload() -> None:
     assert bytes(packed[-1][1]) == bytes(600)
     with pytest.raises(ValueError, match="2 keys for 1 payloads"):
         pack_records(["a", "b"], [b"x"], checksums=True)
-
-
-@pytest.mark.parametrize("checksums", [True, False])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_checksummed_batches_write_the_bytes_of_write_many(tmp_path: Path, seed: int, checksums: bool) -> None:
-    records = mixed_records(seed, 150)
-    rng = random.Random(seed)
-    single, batched = tmp_path / "single.itar", tmp_path / "batched.itar"
-    with IndexedTarArchive(single, mode="w", checksums=checksums) as archive:
-        for name, data in records:
-            archive[name] = data
-    with IndexedTarArchive(batched, mode="w", checksums=checksums) as archive:
-        start = 0
-        while start < len(records):
-            batches = []
-            for _ in range(rng.choice((1, 3))):  # one batch, or several joined
-                batch = records[start : start + rng.choice((1, 2, 7, 40))]
-                start += len(batch)
-                batches.append(checksummed_records([name for name, _ in batch], [data for _, data in batch]))
-            archive.write_many(batches[0] if len(batches) == 1 else ChecksummedRecords.joined(batches))
-        assert all(archive[name] == data for name, data in records)
-    assert batched.read_bytes() == single.read_bytes()
-    if checksums:
-        assert verify_archive(IndexedTarArchive(batched)).ok
 
 
 def test_an_archive_stores_the_checksums_a_checksummed_batch_brings(tmp_path: Path) -> None:
