@@ -569,7 +569,7 @@ class Array(_ArrayNode):
             # On the thread that encoded the records: their checksums cost ~7 x less while its
             # cache holds them than on the writing thread (a 268 MB volume: ~10 ms of ~120).
             if checksummed:
-                return checksummed_records(keys(coords), list(records))
+                return checksummed_records(keys(coords), records)
             return list(zip(keys(coords), records, strict=True))
 
         def write(pending: list[Sequence[tuple[str, Record]]]) -> None:
