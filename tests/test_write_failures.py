@@ -25,11 +25,11 @@ WRITER = textwrap.dedent(
     from ncore_like import IndexedTarArchive
     from tests.support.killed_writer import key, payload
 
-    path, seed, count, limit, flush_every = sys.argv[1], *map(int, sys.argv[2:6])
+    path, seed, count, limit, flush_every, durable = sys.argv[1], *map(int, sys.argv[2:7])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     try:
-        with IndexedTarArchive(path, mode="w") as archive:
+        with IndexedTarArchive(path, mode="w", durable=bool(durable)) as archive:
             for index in range(count):
                 archive[key(index)] = payload(seed, index)
                 if flush_every and (index + 1) % flush_every == 0:
@@ -43,9 +43,19 @@ WRITER = textwrap.dedent(
 )
 
 
-def run_limited(path: Path, seed: int, count: int, limit: int, flush_every: int) -> list[str]:
+def run_limited(path: Path, seed: int, count: int, limit: int, flush_every: int, durable: bool) -> list[str]:
     process = subprocess.run(
-        [sys.executable, "-c", WRITER, str(path), str(seed), str(count), str(limit), str(flush_every)],
+        [
+            sys.executable,
+            "-c",
+            WRITER,
+            str(path),
+            str(seed),
+            str(count),
+            str(limit),
+            str(flush_every),
+            str(int(durable)),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -55,13 +65,23 @@ def run_limited(path: Path, seed: int, count: int, limit: int, flush_every: int)
     return process.stdout.splitlines()
 
 
-@pytest.mark.parametrize(("seed", "limit", "flush_every"), [(0, 3 << 20, 0), (1, 1 << 20, 5), (2, 6_000_123, 7)])
+@pytest.mark.parametrize(
+    ("seed", "limit", "flush_every", "durable"),
+    [
+        (0, 3 << 20, 0, True),
+        (1, 1 << 20, 5, True),
+        (2, 6_000_123, 7, True),
+        (5, 3 << 20, 0, False),
+        # Without fsync, past 16 MB the file's blocks are reserved ahead (beyond the limit).
+        (6, 25_000_123, 9, False),
+    ],
+)
 def test_a_full_disk_mid_write_raises_keeps_the_partial_file_and_publishes_nothing(
-    tmp_path: Path, seed: int, limit: int, flush_every: int
+    tmp_path: Path, seed: int, limit: int, flush_every: int, durable: bool
 ) -> None:
     path = tmp_path / "full.itar"
-    count = 400  # ~16 MB of records of 0 B - 200 KB: well past every limit
-    lines = run_limited(path, seed, count, limit, flush_every)
+    count = 1_000  # ~40 MB of records of 0 B - 200 KB: well past every limit
+    lines = run_limited(path, seed, count, limit, flush_every, durable)
     error = lines[-1]
     # A clear OSError: the kernel's reason, and the file it could not write.
     assert error.startswith(f"error {errno.EFBIG} {tmp_path / 'full.itar.partial'} |"), lines
@@ -69,6 +89,7 @@ def test_a_full_disk_mid_write_raises_keeps_the_partial_file_and_publishes_nothi
     assert not path.exists()  # nothing at the final name
     partial = tmp_path / "full.itar.partial"
     assert partial.exists() and partial.stat().st_size <= limit
+    assert partial.stat().st_blocks * 512 <= limit + (1 << 20)  # no block reserved past its end kept
     flushed = max((int(line.split()[1]) for line in lines if line.startswith("flushed ")), default=0)
     report = recover(path)
     assert not report.damaged, report

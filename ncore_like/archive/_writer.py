@@ -45,7 +45,6 @@ import itertools
 import os
 import queue
 import shlex
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -57,7 +56,9 @@ from ..errors import ArchiveExistsError, UnfinishedArchiveError
 from ._checksum import checksum
 from ._direct import DirectWriteError, DirectWrites, unwritten
 from ._format import BLOCK_SIZE, has_node_metadata_key, member_header, member_headers, padding, tar_end
+from ._libc import libc_function
 from ._location import PARTIAL_SUFFIX, Location, partial_path
+from ._preallocate import AHEAD, START, preallocate
 from ._sources import remote_errors, remote_failure
 from ._table import encode_index_tail
 
@@ -256,16 +257,11 @@ _SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start write-out of the range's dirty pa
 def _find_writeback() -> Callable[[int, int, int], object] | None:
     """Linux's ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` (not in :mod:`os`), None
     elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
     import ctypes  # writers only, once
 
-    try:
-        function = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
+    function = libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
+    if function is None:
         return None
-    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    function.restype = ctypes.c_int
     return lambda fd, offset, count: function(fd, offset, count, _SYNC_FILE_RANGE_WRITE)
 
 
@@ -334,6 +330,10 @@ class _LocalSink:
         self._buffer = bytearray()
         self._end = 0  # the file offset of the buffer's first byte
         self._written_back = 0  # where the write-back started so far ends (durable only)
+        # Not durable: the file's blocks are reserved ahead of its writes up to here (see
+        # _preallocate; a durable sink writes its large records past the page cache).
+        self._reserved = 0
+        self._reserving = not durable
         # Durable writers put large records on the disk directly (see _direct).
         self._direct_writes = DirectWrites(self._partial) if durable else None
         if os.path.isdir(path):
@@ -432,6 +432,8 @@ class _LocalSink:
         # pwritev: the offset is explicit, so a forked child that re-opens the file writes
         # where this writer's next byte belongs, whatever a shared file position says.
         parts = [memoryview(buffer).cast("B") for buffer in buffers if len(buffer)]
+        if self._reserving:
+            self._reserve(offset, offset + sum(map(len, parts)))
         start = offset
         while parts:
             try:
@@ -442,13 +444,31 @@ class _LocalSink:
             # Partial writes are rare (signals, full disks): continue after what was written.
             parts = unwritten(parts, written)
 
+    def _reserve(self, offset: int, end: int) -> None:
+        """Reserves the file's blocks for a write of ``[offset, end)`` and as much again
+        ahead (at most :data:`AHEAD`), once the file is long enough to gain from it."""
+        if end <= self._reserved or end < START:
+            return
+        start = max(offset, self._reserved)
+        self._reserved = end + min(end, AHEAD)
+        # A reservation that fails leaves the writes to report a full disk themselves.
+        self._reserving = preallocate(self._fd, start, self._reserved - start)
+
+    def _give_back(self) -> None:
+        """Frees the blocks reserved past the end of the file (a truncate to its own size)."""
+        if self._reserved > self._end:
+            with contextlib.suppress(OSError):  # the archive is whole all the same
+                os.ftruncate(self._fd, self._end)
+            self._reserved = self._end
+
     def _failed(self, error: OSError, start: int) -> NoReturn:
         """Cuts the file at ``start`` and raises ``error`` as a write of this file that
         failed (a full disk, an I/O error): what this call wrote is no record, and later
         records (and the index) written at ``start`` could leave it behind them (see
         flush())."""
         with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, start)
+            os.ftruncate(self._fd, start)  # also frees the blocks reserved past it
+        self._reserved = min(self._reserved, start)
         detail = f"{error.strerror} ({KEPT_FOR_RECOVERY})"
         raise OSError(error.errno, detail, self._partial) from error
 
@@ -503,6 +523,9 @@ class _LocalSink:
                 self._drain()
             with contextlib.suppress(OSError):
                 self._settle()  # nothing buffered was written after a failed direct write
+            # Published (after the rename: a truncate to its own size changes no byte) or
+            # kept for recovery, the file keeps no block reserved past its end.
+            self._give_back()
         self._buffer = bytearray()
         if self._direct_writes is not None:
             self._direct_writes.close()

@@ -9,6 +9,9 @@ Usage: ``python -m tests.support.killed_writer LOCATION SEED COUNT FLUSH_EVERY M
   enough for a durable store's direct writes (``archive/_direct.py``).
 * Prints ``wrote KEY`` after each record, ``flushed N`` after a ``flush()`` returned with N
   records written, ``closing`` before ``close()`` and ``closed`` after it.
+* With ``KILLED_WRITER_NOT_DURABLE=1`` in the environment the archive is opened with
+  ``durable=False`` (no fsync: its writes go through the page cache, which outlives a
+  killed process).
 * With ``KILLED_WRITER_HOLD`` (seconds) in the environment, prints ``holding`` after the
   last record and waits that long before closing: a test that must stop the writer before
   its close doesn't race the close (on a busy machine the test may read the lines late).
@@ -60,12 +63,13 @@ def main() -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    durable = os.environ.get("KILLED_WRITER_NOT_DURABLE") != "1"
     if mode == "records":
-        archive = IndexedTarArchive(target, mode="w")
+        archive = IndexedTarArchive(target, mode="w", durable=durable)
         write = archive.write
         flush, close = archive.flush, archive.close
     else:
-        store = IndexedTarZarrStore(target, mode="w")
+        store = IndexedTarZarrStore(target, mode="w", durable=durable)
         group = store.create_root_group({"seed": seed}).create_group("frames")
 
         def write(name: str, data: bytes) -> None:
