@@ -436,10 +436,14 @@ def encode_index(
     checksums: Sequence[int] | None = None,
     *,
     preset: int = 6,
+    fitted: bool = False,
 ) -> bytes:
     """Encodes an index of type 1 (records in any order; they are sorted by offset), with
     the payloads' CRC32C if ``checksums`` is given. ``preset``: the xz compression level (6,
-    xz's default, is what nvidia-ncore writes; every level decodes alike)."""
+    xz's default, is what nvidia-ncore writes; every level decodes alike). ``fitted``: the
+    level's dictionary cut to the smallest power of two holding the encoded table, which
+    compresses alike: setting up the level's own (1 MiB for level 1) took ~0.6 ms of every
+    archive's close, ~60 x the compression of a small index."""
     order = sorted(range(len(keys)), key=offsets.__getitem__)
     table = {
         "items": [keys[i] for i in order],
@@ -452,7 +456,17 @@ def encode_index(
 
     import cbor2
 
-    return lzma.compress(cbor2.dumps(table), format=lzma.FORMAT_XZ, preset=preset)
+    encoded = cbor2.dumps(table)
+    if not fitted:
+        return lzma.compress(encoded, format=lzma.FORMAT_XZ, preset=preset)
+    dictionary = min(max(_SMALLEST_DICTIONARY, 1 << (len(encoded) - 1).bit_length()), _PRESET_DICTIONARIES[preset])
+    filters = [{"id": lzma.FILTER_LZMA2, "preset": preset, "dict_size": dictionary}]
+    return lzma.compress(encoded, format=lzma.FORMAT_XZ, filters=filters)
+
+
+#: The dictionary sizes of xz's levels 0-9 (liblzma's presets), and LZMA2's smallest.
+_PRESET_DICTIONARIES = tuple(size << 18 for size in (1, 4, 8, 16, 16, 32, 32, 64, 128, 256))
+_SMALLEST_DICTIONARY = 4096
 
 
 def decode_index(data: bytes | memoryview, header: IndexHeader, archive: str) -> Index:

@@ -310,7 +310,7 @@ def encode_index_tail(
     table = encode_table(keys, offsets, sizes, crcs)
     # Only readers of the older format decode this index (ours read the table): xz level 1
     # compresses a 20,000-record index ~9x faster than the default 6, and smaller.
-    index = encode_index(keys, offsets, sizes, preset=_OLDER_READERS_PRESET)
+    index = encode_index(keys, offsets, sizes, preset=_OLDER_READERS_PRESET, fitted=True)
     index_offset = start + len(table) + padding(len(table))
     header = pack_index_header(index_offset, len(index))
     pointer = pack_table_pointer(TablePointer(start, len(table), checksum(table)))
