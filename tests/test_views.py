@@ -313,3 +313,94 @@ def test_roots_opened_again_read_through_the_stores_backend(tmp_path: Path) -> N
     assert copy.backend is not store.backend and copy.backend.stats == {"fast": 1}
     assert store.backend.stats == {"fast": 3}
     copy.close()
+
+
+def _view_facts(view: Any) -> dict[str, Any]:
+    """Every fact of an array view, the chunk keys as the keys of a few chunks."""
+    facts = {name: getattr(view, name) for name in type(view).__slots__ if name not in ("__weakref__", "chunk_key")}
+    facts["fill_value"] = np.asarray(view.fill_value, dtype=view.dtype).tobytes() if view.unsupported is None else None
+    corners = [
+        (0,) * len(view.shape),
+        tuple(max(0, -(-s // c) - 1) for s, c in zip(view.shape, view.chunks, strict=True)),
+    ]
+    facts["chunk_keys"] = [view.chunk_key(corner) for corner in corners]
+    return facts
+
+
+@st.composite
+def families(draw: st.DrawFn) -> dict[str, Any]:
+    zarr_format = draw(st.sampled_from(zarr_api.WRITABLE_FORMATS))
+    dtype = np.dtype(draw(st.sampled_from(["<f4", "|u1", "<i2", "|b1", "<f8"])))
+    ndim = draw(st.integers(0, 3))
+    shapes = [tuple(draw(st.integers(1, 7)) for _ in range(ndim)) for _ in range(3)]
+    return {
+        "zarr_format": zarr_format, "dtype": dtype, "shapes": shapes,
+        "chunks": [tuple(draw(st.integers(1, size)) for size in shape) for shape in shapes],
+        "compressed": draw(st.booleans()), "other": draw(st.sampled_from(["dtype", "compression", "ndim", "none"])),
+        "names": draw(st.booleans()),
+    }  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=families())
+def test_the_views_of_arrays_created_one_after_another_are_those_of_their_metadata(
+    tmp_path: Path, spec: dict[str, Any]
+) -> None:
+    # Arrays alike but for shape, chunks and attributes get a view made from the one before
+    # (see reshaped_view); each must be exactly what parsing its own metadata gives, and what
+    # a reader of the archive sees.
+    from ncore_like.store._metadata import parse_node
+
+    path = tmp_path / f"f{np.random.default_rng().integers(1 << 60)}.itar"
+    dtype, compression = spec["dtype"], BloscCompression() if spec["compressed"] else None
+    written: dict[str, np.ndarray[Any, Any]] = {}
+    views: dict[str, Any] = {}
+    with IndexedTarZarrStore(path, mode="w") as store:
+        group = store.create_root_group({}, zarr_format=spec["zarr_format"]).create_group("g")
+        plan = [
+            (shape, chunks, dtype, compression) for shape, chunks in zip(spec["shapes"], spec["chunks"], strict=True)
+        ]
+        other = spec["other"]  # an array unlike the others in between: its view is parsed
+        odd_dtype = np.dtype("<i4") if other == "dtype" else dtype
+        odd_compression = (None if compression else BloscCompression()) if other == "compression" else compression
+        odd_shape = (*spec["shapes"][0], 2) if other == "ndim" else spec["shapes"][0]
+        plan.insert(2, (odd_shape, odd_shape, odd_dtype, odd_compression))
+        for index, (shape, chunks, kind, codec) in enumerate(plan):
+            values = (np.arange(int(np.prod(shape))).reshape(shape) % 7).astype(kind)
+            names = [f"d{axis}" for axis in range(len(shape))] if spec["names"] else None
+            array = group.create_array(
+                f"a{index}", values, chunks=chunks, compression=codec, attributes={"i": index, "s": "x" * index},
+                dimension_names=names,
+            )  # fmt: skip
+            view = array.view
+            assert view is not None
+            parsed = parse_node(view.path, view.document, spec["zarr_format"], str(path))
+            assert _view_facts(view) == _view_facts(parsed)
+            np.testing.assert_array_equal(array.read(), values)
+            written[f"a{index}"], views[f"a{index}"] = values, view
+        store.consolidate()
+    root = IndexedTarZarrStore(path).open_root_group(consolidated=False).group("g")
+    for name, values in written.items():
+        read = root.array(name)
+        np.testing.assert_array_equal(read.read(), values)
+        assert _view_facts(read.view) == _view_facts(views[name])
+
+
+def test_a_view_is_made_from_another_only_if_their_metadata_differ_in_shape_chunks_and_attributes() -> None:
+    from ncore_like.store._metadata import ArrayView, parse_node, reshaped_view
+
+    document = {
+        "shape": [4], "chunks": [2], "dtype": "<f4", "fill_value": 0.0, "order": "C", "filters": None,
+        "dimension_separator": ".", "compressor": None, "zarr_format": 2, "attributes": {"a": 1},
+    }  # fmt: skip
+    prototype = parse_node("x/a", document, 2, "t.itar")
+    assert isinstance(prototype, ArrayView)
+    moved = reshaped_view(prototype, "y/b", {**document, "shape": [9], "chunks": [5], "attributes": {}}, "t")
+    assert moved is not None and moved.shape == (9,) and moved.chunks == (5,) and moved.chunk_key((1,)) == "y/b/1"
+    assert moved.attributes == {} and moved.path == "y/b"
+    for changed in ({"dtype": "<f8"}, {"fill_value": 1.0}, {"fill_value": -0.0}, {"fill_value": 0}, {"order": "F"},
+                    {"dimension_separator": "/"}, {"compressor": {"id": "blosc"}}, {"filters": [{"id": "delta"}]},
+                    {"extra": 1}):  # fmt: skip
+        assert reshaped_view(prototype, "y/b", {**document, **changed}, "t") is None, changed
+    with pytest.raises(NodeMetadataError, match="size of 0"):
+        reshaped_view(prototype, "y/b", {**document, "chunks": [0]}, "t")

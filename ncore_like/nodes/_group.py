@@ -15,7 +15,7 @@ from ..archive import scan_records
 from ..backend import Backend, is_blob
 from ..errors import ReadOnlyError
 from ..store._documents import XARRAY_DIMENSIONS, GroupView
-from ..store._metadata import ArrayView, parse_node
+from ..store._metadata import ArrayView, parse_node, reshaped_view
 from ._array import Array, _named
 from ._attributes import json_attributes
 from ._cache import NodeCache
@@ -71,6 +71,9 @@ class Group(_GroupNode):
         # Members are looked up as views when the store serves them (archives opened for
         # reading): no zarr-python node is built for a lookup.
         self._views = store is not None and store.serves_views
+        # The view of the last array created here: the next one's is made from it when only
+        # the shape, chunk shape and attributes differ (see reshaped_view).
+        self._last_array: ArrayView | None = None
 
     @property
     def store(self) -> Store | None:
@@ -334,8 +337,14 @@ class Group(_GroupNode):
         )  # fmt: skip
         if self._store is None:
             return Array(_compat.array_from_document(self.zarr.store, path, document), self._backend)
-        view = parse_node(path, document, self.zarr_format, self._store.name)
-        return Array(None, self._backend, view=view, store=self._store)  # type: ignore[arg-type]
+        last = self._last_array
+        view = reshaped_view(last, path, document, self._store.name) if last is not None else None
+        if view is None:
+            parsed = parse_node(path, document, self.zarr_format, self._store.name)
+            assert isinstance(parsed, ArrayView)  # an array's document
+            view = parsed
+        self._last_array = view
+        return Array(None, self._backend, view=view, store=self._store)
 
     def _check_new_name(self, kind: str, name: object) -> None:
         """Raises for a name no member can have: not a string (TypeError), empty, with

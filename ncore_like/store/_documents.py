@@ -35,6 +35,7 @@ __all__ = [
     "describe_codecs",
     "dimension_names_of",
     "dtype_facts",
+    "grid_shapes",
     "is_array_document",
     "plain_fill_value",
 ]
@@ -78,6 +79,11 @@ class ChunkKeys:
         if not coords:
             return self._zero_d
         return self._prefix + self._separator.join(map(str, coords))
+
+    def moved(self, old: str, new: str) -> ChunkKeys:
+        """The keys of the same chunks in the node whose keys start with ``new`` rather than
+        ``old`` (its path and ``/``)."""
+        return ChunkKeys(new + self._prefix[len(old) :], self._separator, new + self._zero_d[len(old) :])
 
     def first_axis(self, ndim: int) -> Callable[[int], str]:
         """The key of chunk ``(index, 0, ..., 0)`` of an ``ndim``-dimensional array by index
@@ -161,14 +167,12 @@ class ArrayLayout(NamedTuple):
     filters, Fortran order...), None if they are."""
 
 
-def array_layout(document: Mapping[str, Any], zarr_format: ZarrFormat, prefix: str) -> ArrayLayout:
-    """The layout of the array whose document this is (``prefix``: its path and ``/``).
+def grid_shapes(document: Mapping[str, Any], zarr_format: ZarrFormat) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shape and the chunk shape of the array whose document this is.
 
     Raises:
-        ValueError: (or TypeError, AttributeError, KeyError) For documents that can't be an
-            array's.
+        ValueError: (or TypeError, AttributeError) For shapes no array can have.
     """
-    check_required(document, zarr_format)
     shape = _int_tuple(document.get("shape"), "shape")
     if zarr_format == 2:
         chunks = _int_tuple(document.get("chunks"), "chunks")
@@ -181,6 +185,18 @@ def array_layout(document: Mapping[str, Any], zarr_format: ZarrFormat, prefix: s
         raise ValueError(f"chunks {list(chunks)} don't match the shape {list(shape)}")
     if 0 in chunks:  # zarr-python writes none (a grid of such chunks has no end)
         raise ValueError(f"chunks {list(chunks)} hold a size of 0")
+    return shape, chunks
+
+
+def array_layout(document: Mapping[str, Any], zarr_format: ZarrFormat, prefix: str) -> ArrayLayout:
+    """The layout of the array whose document this is (``prefix``: its path and ``/``).
+
+    Raises:
+        ValueError: (or TypeError, AttributeError, KeyError) For documents that can't be an
+            array's.
+    """
+    check_required(document, zarr_format)
+    shape, chunks = grid_shapes(document, zarr_format)
     if zarr_format == 2:
         return _v2_layout(document, shape, chunks, prefix)
     return _v3_layout(document, shape, chunks, prefix)
