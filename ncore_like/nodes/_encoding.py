@@ -23,7 +23,7 @@ import numpy.typing as npt
 from .. import _compat
 from .._buffers import POOLED_BYTES, new_result
 from .._codecs import BLOSC_MAX_OVERHEAD, blosc_compress, blosc_compressor, blosc_compressor_into
-from .._concurrency import in_worker_thread, ordered_map, worker_pool, worker_threads
+from .._concurrency import encode_pool, in_worker_thread, ordered_map, worker_threads
 from .._defaults import ENCODE_AHEAD_BYTES, ENCODE_BATCH_BYTES, INLINE_ENCODE_CHUNK_BYTES
 from ._compression import BloscCompression
 
@@ -197,9 +197,9 @@ def encode_chunk_batches(
     ``batch_bytes`` raw bytes: ``finish(coordinates, records)`` of each batch, called on
     the thread that encoded it (e.g. laying the records out as tar members there).
 
-    Compressed chunks are encoded on the shared worker pool, a bounded number of batches
-    ahead of the consumer (which writes them meanwhile): Blosc releases the GIL, so encoding
-    runs on every core. From a thread of that pool, uncompressed, and up to
+    Compressed chunks are encoded on the encode pool (a thread per core), a bounded number
+    of batches ahead of the consumer (which writes them meanwhile): Blosc releases the GIL,
+    so encoding runs on every core. From a thread of a pool, uncompressed, and up to
     ``INLINE_ENCODE_CHUNK_BYTES`` each (small chunks are GIL-bound), they are encoded inline.
     Chunks that are runs of whole rows of C-ordered values (chunk shape ``(k, *shape[1:])``)
     are byte ranges of the values: only the last one may need padding. ``reused``: large
@@ -228,7 +228,7 @@ def encode_chunk_batches(
         yield from map(encode, batches)
         return
     encoded = ordered_map(
-        worker_pool(),
+        encode_pool(),
         encode,
         batches,
         # Enough batches ahead that no thread waits while the consumer writes one (a 268 MB
