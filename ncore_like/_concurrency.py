@@ -56,8 +56,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_encode_pool: ThreadPoolExecutor | None = None
+# The shared pools by name ("worker", "encode"), created on first use.
+_pools: dict[str, ThreadPoolExecutor] = {}
 _pool_size: int | None = None
 _sync_timeout: float | None = None
 
@@ -93,48 +93,42 @@ def set_worker_threads(count: int | None) -> None:
 
     The current pools finish their queued work and are replaced.
     """
-    global _pool, _encode_pool, _pool_size
+    global _pool_size
     if count is not None and count < 1:
         raise ValueError(f"worker thread count must be positive, got {count}")
     with _pool_lock:
-        old = (_pool, _encode_pool)
-        _pool, _encode_pool, _pool_size = None, None, count
+        old = list(_pools.values())
+        _pools.clear()
+        _pool_size = count
     for pool in old:
-        if pool is not None:
-            pool.shutdown(wait=False)
+        pool.shutdown(wait=False)
 
 
-def _new_pool(threads: int, name: str) -> ThreadPoolExecutor:
-    # Imported here: it brings logging (~8 ms), which a process reading local records on
-    # its own thread never needs.
-    from concurrent.futures import ThreadPoolExecutor
+def _shared_pool(name: str, threads: Callable[[], int], prefix: str) -> ThreadPoolExecutor:
+    pool = _pools.get(name)
+    if pool is None:
+        with _pool_lock:
+            pool = _pools.get(name)
+            if pool is None:
+                # Imported here: it brings logging (~8 ms), which a process reading local
+                # records on its own thread never needs.
+                from concurrent.futures import ThreadPoolExecutor
 
-    return ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=_mark_worker_thread)
+                pool = _pools[name] = ThreadPoolExecutor(
+                    threads(), thread_name_prefix=prefix, initializer=_mark_worker_thread
+                )
+    return pool
 
 
 def worker_pool() -> ThreadPoolExecutor:
     """The shared worker pool for blocking work (created on first use)."""
-    global _pool
-    pool = _pool
-    if pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = _new_pool(worker_threads(), "ncore_like")
-            pool = _pool
-    return pool
+    return _shared_pool("worker", worker_threads, "ncore_like")
 
 
 def encode_pool() -> ThreadPoolExecutor:
     """The pool that compresses chunks for writers (:func:`encode_threads` threads, created
     on first use): CPU-bound work, kept apart from the worker pool's blocking reads."""
-    global _encode_pool
-    pool = _encode_pool
-    if pool is None:
-        with _pool_lock:
-            if _encode_pool is None:
-                _encode_pool = _new_pool(encode_threads(), "ncore_like-encode")
-            pool = _encode_pool
-    return pool
+    return _shared_pool("encode", encode_threads, "ncore_like-encode")
 
 
 _local = threading.local()
@@ -328,10 +322,10 @@ def process_id() -> int:
 
 
 def _reset_after_fork() -> None:
-    global _pool, _encode_pool, _pid
+    global _pid
     _pid = os.getpid()
     # The parent's threads do not exist here; drop the pools without waiting for them.
-    _pool = _encode_pool = None
+    _pools.clear()
     _keep_inherited_sessions()
 
 
