@@ -7,7 +7,9 @@ writes ~6 % slower than writes into blocks allocated beforehand (78 against 73 m
 file's size doesn't change (``KEEP_SIZE``): readers, recovery and the checks on the end of
 the file see only what was written. The reserved blocks past the end are given back when
 the file is cut to its end (a truncate to its own size does that), which the writer does
-before it publishes the archive and when it stops without publishing.
+when it lets go of the file: after publishing the archive (the truncate changes no byte),
+or keeping it for recovery. A failed write cuts the file where the write began, which
+gives them back too.
 
 Reserving costs ~0.12 ms a file (the call and giving the rest back): worth it from a few
 megabytes written on, so a writer reserves only once its file has grown past
@@ -16,8 +18,6 @@ as before: a reservation that fails is never an error, the writes report their o
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from ._libc import libc_function
 
@@ -30,17 +30,13 @@ START = 16 << 20
 AHEAD = 64 << 20
 
 _KEEP_SIZE = 0x01  # FALLOC_FL_KEEP_SIZE (linux/falloc.h)
-_fallocate: tuple[Callable[[int, int, int, int], int] | None] | None = None
 
 
 def preallocate(fd: int, offset: int, length: int) -> bool:
     """Allocates the blocks of ``fd``'s bytes ``[offset, offset + length)`` without changing
     its size. False if that can't be done (no such call, a file system without it, no
     space): the caller then stops asking."""
-    global _fallocate
-    if _fallocate is None:
-        import ctypes  # writers of large files only
+    import ctypes  # writers of large files only
 
-        _fallocate = (libc_function("fallocate", (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)),)
-    function = _fallocate[0]
+    function = libc_function("fallocate", (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64))
     return function is not None and function(fd, _KEEP_SIZE, offset, length) == 0
