@@ -40,6 +40,7 @@ __all__ = [
     "fsspec_loop",
     "in_worker_thread",
     "io_loop",
+    "on_own_thread",
     "ordered_map",
     "process_id",
     "run_in_worker",
@@ -248,6 +249,26 @@ def default_workers() -> int:
     """Threads for bulk work by default (reading or encoding many items): one per CPU this
     process may run on."""
     return _cpus()
+
+
+def on_own_thread(function: Callable[[], T], name: str) -> Future[T]:
+    """``function()`` started on a new thread of its own, its result (or exception) in the
+    future returned: work that releases the GIL, overlapped with the caller's, that mustn't
+    wait in a shared pool's queue (its caller may be a thread of that pool)."""
+    from concurrent.futures import Future  # here, as the pools import theirs: when first needed
+
+    future: Future[T] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(function())
+        except BaseException as error:  # handed to the waiter
+            future.set_exception(error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 def ordered_map(

@@ -18,7 +18,7 @@ import cbor2
 import crc32c
 import pytest
 
-from ncore_like import ArchiveFormatError, ChecksumError, IndexedTarArchive
+from ncore_like import ArchiveFormatError, ChecksumError, IndexedTarArchive, recover
 from ncore_like.archive import _reading, _table
 from ncore_like.archive._format import BLOCK_SIZE, INDEX_HEADER_FORMAT, encode_index, padding
 from ncore_like.archive._table import (
@@ -72,8 +72,12 @@ def with_table(raw: bytes, table: bytes) -> bytes:
     return bytes(data)
 
 
-def test_archives_open_from_the_record_table_not_the_xz_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    records = sample()
+# A small index, and one large enough to be compressed on a thread of its own.
+@pytest.mark.parametrize("count", [300, _table._BACKGROUND_INDEX_RECORDS + 100])
+def test_archives_open_from_the_record_table_not_the_xz_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    records = sample(count)
     write(tmp_path / "a.itar", records)
     raw = (tmp_path / "a.itar").read_bytes()
 
@@ -370,3 +374,25 @@ def test_a_file_cut_after_the_first_block_of_its_record_table_is_called_truncate
     (tmp_path / "b.itar").write_bytes(raw[: pointer_of(raw).offset + BLOCK_SIZE])
     with pytest.raises(ArchiveFormatError, match=r"b\.itar.*truncated: the file ends inside its index"):
         IndexedTarArchive(tmp_path / "b.itar")
+
+
+def test_a_large_index_that_fails_to_compress_fails_the_close_and_keeps_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The xz index of a large archive is compressed on a thread of its own: its failure
+    # must reach close(), not leave an archive published without its index.
+    def fail(*args: object, **kwargs: object) -> bytes:
+        raise MemoryError("no memory for the index")
+
+    records = sample(_table._BACKGROUND_INDEX_RECORDS + 10)
+    archive = IndexedTarArchive(tmp_path / "a.itar", mode="w")
+    for key, value in records.items():
+        archive[key] = value
+    monkeypatch.setattr(_table, "compress_index", fail)
+    with pytest.raises(MemoryError, match="no memory for the index"):
+        archive.close()
+    assert not (tmp_path / "a.itar").exists()
+    monkeypatch.undo()
+    recover(tmp_path / "a.itar")
+    with IndexedTarArchive(tmp_path / "a.itar") as recovered:
+        assert {key: recovered[key] for key in records} == records

@@ -25,6 +25,8 @@ archive whose writer died).
 from __future__ import annotations
 
 import array
+import itertools
+import operator
 import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -44,12 +46,15 @@ __all__ = [
     "NODE_METADATA_NAMES",
     "Index",
     "IndexHeader",
+    "compress_index",
     "decode_index",
     "encode_index",
     "foreign_file",
     "has_index_magic",
     "has_node_metadata_key",
     "header_checksum",
+    "in_file_order",
+    "index_document",
     "is_node_metadata_key",
     "member_header",
     "member_headers",
@@ -429,6 +434,23 @@ class Index(NamedTuple):
     """The CRC32C of every payload (None for archives written without checksums)."""
 
 
+def in_file_order(
+    keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], checksums: Sequence[int] | None = None
+) -> tuple[list[str], list[int], list[int], list[int] | None]:
+    """The records' lists (as lists) ordered by offset. A writer appends records in file
+    order, so the common case is a check and a copy: reordering 20,000 records element by
+    element took ~4 ms of an archive's close."""
+    if all(map(operator.lt, offsets, itertools.islice(offsets, 1, None))):
+        return list(keys), list(offsets), list(sizes), None if checksums is None else list(checksums)
+    order = sorted(range(len(keys)), key=offsets.__getitem__)
+    return (
+        [keys[i] for i in order],
+        [offsets[i] for i in order],
+        [sizes[i] for i in order],
+        None if checksums is None else [checksums[i] for i in order],
+    )
+
+
 def encode_index(
     keys: Sequence[str],
     offsets: Sequence[int],
@@ -439,29 +461,38 @@ def encode_index(
     fitted: bool = False,
 ) -> bytes:
     """Encodes an index of type 1 (records in any order; they are sorted by offset), with
-    the payloads' CRC32C if ``checksums`` is given. ``preset``: the xz compression level (6,
-    xz's default, is what nvidia-ncore writes; every level decodes alike). ``fitted``: the
-    level's dictionary cut to the smallest power of two holding the encoded table, which
-    compresses alike: setting up the level's own (1 MiB for level 1) took ~0.6 ms of every
-    archive's close, ~60 x the compression of a small index."""
-    order = sorted(range(len(keys)), key=offsets.__getitem__)
-    table = {
-        "items": [keys[i] for i in order],
-        "offset_datas": [offsets[i] for i in order],
-        "sizes": [sizes[i] for i in order],
-    }
+    the payloads' CRC32C if ``checksums`` is given: :func:`compress_index` of
+    :func:`index_document`."""
+    return compress_index(index_document(keys, offsets, sizes, checksums), preset=preset, fitted=fitted)
+
+
+def index_document(
+    keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], checksums: Sequence[int] | None = None
+) -> bytes:
+    """The CBOR document of an index of type 1 (records sorted by offset), uncompressed."""
+    keys, offsets, sizes, checksums = in_file_order(keys, offsets, sizes, checksums)
+    table: dict[str, list[Any]] = {"items": keys, "offset_datas": offsets, "sizes": sizes}
     if checksums is not None:
-        table[INDEX_CHECKSUMS_KEY] = [checksums[i] for i in order]
-    import lzma  # here, as in decode_index: a reader of a record table never needs it
+        table[INDEX_CHECKSUMS_KEY] = checksums
+    import cbor2  # here, as in decode_index: a reader of a record table never needs it
 
-    import cbor2
+    return cbor2.dumps(table)
 
-    encoded = cbor2.dumps(table)
+
+def compress_index(document: bytes, *, preset: int = 6, fitted: bool = False) -> bytes:
+    """The xz stream of an index's CBOR ``document`` (no Python objects: the GIL is released
+    while it compresses). ``preset``: the xz compression level (6, xz's default, is what
+    nvidia-ncore writes; every level decodes alike). ``fitted``: the level's dictionary cut
+    to the smallest power of two holding the document, which compresses alike: setting up
+    the level's own (1 MiB for level 1) took ~0.6 ms of every archive's close, ~60 x the
+    compression of a small index."""
+    import lzma  # here, as in decode_index
+
     if not fitted:
-        return lzma.compress(encoded, format=lzma.FORMAT_XZ, preset=preset)
-    dictionary = min(max(_SMALLEST_DICTIONARY, 1 << (len(encoded) - 1).bit_length()), _PRESET_DICTIONARIES[preset])
+        return lzma.compress(document, format=lzma.FORMAT_XZ, preset=preset)
+    dictionary = min(max(_SMALLEST_DICTIONARY, 1 << (len(document) - 1).bit_length()), _PRESET_DICTIONARIES[preset])
     filters = [{"id": lzma.FILTER_LZMA2, "preset": preset, "dict_size": dictionary}]
-    return lzma.compress(encoded, format=lzma.FORMAT_XZ, filters=filters)
+    return lzma.compress(document, format=lzma.FORMAT_XZ, filters=filters)
 
 
 #: The dictionary sizes of xz's levels 0-9 (liblzma's presets), and LZMA2's smallest.
