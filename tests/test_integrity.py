@@ -331,13 +331,16 @@ def test_a_failed_with_block_publishes_nothing_and_keeps_the_old_archive(tmp_pat
     assert not (tmp_path / "p.itar.partial").exists()
 
 
+# One record, and records enough for the index to compress on its own thread while the
+# records are synced (before the tail is written: the last sync must still follow it).
+@pytest.mark.parametrize("count", [1, 3000])
 def test_publishing_syncs_the_file_before_the_rename_and_the_folder_after(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
     # A rename that reaches the disk before the file's bytes would publish an archive whose
     # records may be zeros after a power cut.
     calls: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_fsync, real_replace, real_pwritev = os.fsync, os.replace, os.pwritev
 
     def fsync(fd: int) -> None:
         calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
@@ -347,13 +350,21 @@ def test_publishing_syncs_the_file_before_the_rename_and_the_folder_after(
         calls.append(("replace", os.fspath(source)))
         real_replace(source, target)
 
+    def pwritev(fd: int, buffers: list[memoryview], offset: int) -> int:
+        calls.append(("write", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_pwritev(fd, buffers, offset)
+
     archive = IndexedTarArchive(tmp_path / "p.itar", mode="w")
-    archive["a"] = b"1"
+    for index in range(count):
+        archive[f"r/{index}"] = b"1"
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "pwritev", pwritev)
     archive.close()
     partial = str(tmp_path / "p.itar.partial")
-    assert calls == [("fsync", partial), ("replace", partial), ("fsync", str(tmp_path))], calls
+    assert calls[-4:] == [("write", partial), ("fsync", partial), ("replace", partial), ("fsync", str(tmp_path))]
+    assert set(calls[:-4]) <= {("write", partial), ("fsync", partial)}, calls
+    assert IndexedTarArchive(tmp_path / "p.itar")[f"r/{count - 1}"] == b"1"
 
 
 @pytest.mark.parametrize("durable", [True, False])

@@ -953,7 +953,9 @@ class ArchiveWriter:
     ) -> None:
         """Ends the tar archive and appends the index of the given records."""
         end = tar_end(self.position)
-        tail = encode_index_tail(self.position + len(end), keys, offsets, sizes, checksums)
+        # The records are flushed (and synced, if durable) while a large index compresses:
+        # the publish's sync then waits only for the tail.
+        tail = encode_index_tail(self.position + len(end), keys, offsets, sizes, checksums, meanwhile=self._sink.flush)
         self._sink.write((end, tail), len(end) + len(tail))
         self.position += len(end) + len(tail)
 
