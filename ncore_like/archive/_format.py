@@ -462,15 +462,14 @@ def encode_index(
 ) -> bytes:
     """Encodes an index of type 1 (records in any order; they are sorted by offset), with
     the payloads' CRC32C if ``checksums`` is given: :func:`compress_index` of
-    :func:`index_document`."""
-    return compress_index(index_document(keys, offsets, sizes, checksums), preset=preset, fitted=fitted)
+    :func:`index_document` of the records :func:`in_file_order`."""
+    document = index_document(*in_file_order(keys, offsets, sizes, checksums))
+    return compress_index(document, preset=preset, fitted=fitted)
 
 
-def index_document(
-    keys: Sequence[str], offsets: Sequence[int], sizes: Sequence[int], checksums: Sequence[int] | None = None
-) -> bytes:
-    """The CBOR document of an index of type 1 (records sorted by offset), uncompressed."""
-    keys, offsets, sizes, checksums = in_file_order(keys, offsets, sizes, checksums)
+def index_document(keys: list[str], offsets: list[int], sizes: list[int], checksums: list[int] | None = None) -> bytes:
+    """The CBOR document of an index of type 1, uncompressed, of records given in file order
+    (as :func:`in_file_order` gives them)."""
     table: dict[str, list[Any]] = {"items": keys, "offset_datas": offsets, "sizes": sizes}
     if checksums is not None:
         table[INDEX_CHECKSUMS_KEY] = checksums

@@ -302,7 +302,7 @@ def _offsets_numpy(numbers: array[int], count: int) -> tuple[Sequence[int], Sequ
 #: The xz level of the index written beside a record table (see :func:`encode_index_tail`).
 _OLDER_READERS_PRESET = 0
 #: Indexes of at least this many records are compressed beside the table's encoding: a
-#: thread's start (~0.1 ms) is a small share of their ~0.5 us a record.
+#: thread's start (~0.1 ms) is a small share of their ~0.3 us a record.
 _BACKGROUND_INDEX_RECORDS = 2000
 
 
